@@ -1,0 +1,1 @@
+"""Workloads run by the artifact harness (manifests in configs/ name them as module:function)."""

@@ -1,0 +1,1 @@
+"""CartPole data collection (paper "Optimizing Data Collection in Deep RL")."""

@@ -1,0 +1,102 @@
+"""The ``rlscope`` command line.
+
+Every user mistake surfaces as one line on stderr and exit code 2; a sweep with failed runs
+exits 1 after saying which runs failed and where their logs are.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+import click
+
+import rlscope
+from rlscope.errors import RlscopeError
+
+__all__ = ["main", "cli"]
+
+EXIT_USAGE = 2
+EXIT_RUNS_FAILED = 1
+EXIT_INTERRUPTED = 130
+
+
+@click.group(context_settings={"help_option_names": ["-h", "--help"]})
+@click.version_option(rlscope.__version__, prog_name="rlscope")
+def cli() -> None:
+    """Profile deep-RL workloads across the stack and reproduce the papers' figures."""
+
+
+@cli.command()
+@click.argument("manifest", type=click.Path(path_type=Path))
+@click.option("--scale", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="quick: minutes on a laptop CPU; full: the paper's sizes, for a GPU machine.")
+@click.option("--output", "output_dir", type=click.Path(path_type=Path), default=Path("output"), show_default=True,
+              help="Runs go to OUTPUT/<experiment>/, figures to OUTPUT/artifacts/<experiment>/.")
+@click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs in flight at once (timings are cleanest with 1).")
+@click.option("--force", is_flag=True, help="Re-run runs that are already complete.")
+@click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
+def run(manifest: Path, scale: str, output_dir: Path, jobs: int, force: bool, plot: bool) -> None:
+    """Run every point of MANIFEST's parameter grid; complete runs are reused."""
+    from rlscope.harness.executors import LocalExecutor
+    from rlscope.harness.manifest import load_manifest
+    from rlscope.harness.runner import run_sweep
+
+    spec = load_manifest(manifest, scale)
+    summary = run_sweep(spec, output_dir, executor=LocalExecutor(jobs=jobs), force=force)
+    counts = ", ".join(f"{summary.count(s)} {s}" for s in ("ok", "reused", "skipped", "failed", "timeout")
+                       if summary.count(s))
+    click.echo(f"{spec.experiment} ({scale}): {len(summary.outcomes)}/{summary.total} runs finished: {counts}")
+    for outcome in summary.outcomes:
+        if outcome.status == "skipped":
+            click.echo(f"  skipped {outcome.run_id}: {outcome.message}")
+    click.echo(f"results: {summary.results_csv}")
+    if summary.interrupted:
+        click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    if plot and spec.figures and (summary.count("ok") or summary.count("reused")):
+        _draw(summary.experiment_dir, output_dir / "artifacts")
+    if summary.failures:
+        click.echo(f"{len(summary.failures)} run(s) failed:", err=True)
+        for outcome in summary.failures:
+            click.echo(f"  {outcome.run_id}: {outcome.message}\n    log: {outcome.log}", err=True)
+        sys.exit(EXIT_RUNS_FAILED)
+
+
+@cli.command()
+@click.argument("experiment_dir", type=click.Path(path_type=Path))
+@click.option("--artifacts", "artifacts_dir", type=click.Path(path_type=Path), default=None,
+              help="Where figures go (default: the artifacts/ folder beside EXPERIMENT_DIR).")
+def plot(experiment_dir: Path, artifacts_dir: Path | None) -> None:
+    """Draw the figures of an experiment directory written by `rlscope run`."""
+    _draw(experiment_dir, artifacts_dir or experiment_dir.resolve().parent / "artifacts")
+
+
+def _draw(experiment_dir: Path, artifacts_dir: Path) -> None:
+    from rlscope.plot.render import draw_experiment
+
+    for path in draw_experiment(experiment_dir, artifacts_dir):
+        if path.suffix == ".pdf":
+            click.echo(f"figure: {path}")
+
+
+def main() -> None:
+    """Entry point: turn user errors into one line and exit code 2, with no traceback."""
+    try:
+        cli.main(standalone_mode=False)
+    except click.exceptions.Abort:
+        click.echo("aborted", err=True)
+        sys.exit(EXIT_INTERRUPTED)
+    except click.ClickException as err:
+        err.show()
+        sys.exit(EXIT_USAGE)
+    except RlscopeError as err:
+        click.echo(f"error: {err}", err=True)
+        sys.exit(EXIT_USAGE)
+    except click.exceptions.Exit as err:
+        sys.exit(err.exit_code)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,38 @@
+"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
+
+from __future__ import annotations
+
+import json
+import os
+import tempfile
+from pathlib import Path
+from typing import Any
+
+__all__ = ["write_atomic", "write_json_atomic", "read_json"]
+
+
+def write_atomic(path: Path, data: str | bytes) -> None:
+    """Write ``data`` to a temporary file beside ``path``, fsync it, then rename over ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data.encode() if isinstance(data, str) else data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def write_json_atomic(path: Path, value: Any) -> None:
+    write_atomic(path, json.dumps(value, indent=2, sort_keys=True, default=str) + "\n")
+
+
+def read_json(path: Path) -> Any:
+    """Parse a JSON file, or return None when it is missing or unreadable (a torn run)."""
+    try:
+        return json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None

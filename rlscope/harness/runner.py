@@ -1,0 +1,230 @@
+"""Run a manifest's sweep: one subprocess per run, resumable, with results gathered into a CSV.
+
+Layout written under ``OUTPUT/<experiment>/``::
+
+    experiment.json            the resolved manifest (what `rlscope plot` reads)
+    results.csv                one row per run x repetition (skipped runs: one row, status=skipped)
+    runs/<run-id>/config.json  what the run was asked to do
+    runs/<run-id>/log.txt      everything it printed
+    runs/<run-id>/result.json  its metrics, written atomically by the worker
+    runs/<run-id>/DONE         written last, only after a clean exit: a run is complete iff DONE exists
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import io
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+from tqdm import tqdm
+
+import rlscope
+from rlscope.harness.executors import Executor, LocalExecutor
+from rlscope.harness.files import read_json, write_atomic, write_json_atomic
+from rlscope.harness.manifest import GridPoint, Manifest
+from rlscope.harness.worker import resolve_workload
+
+__all__ = ["RunOutcome", "SweepSummary", "run_sweep", "collect_results"]
+
+Status = Literal["ok", "skipped", "failed", "timeout", "reused"]
+
+
+@dataclasses.dataclass(frozen=True)
+class RunOutcome:
+    run_id: str
+    run_dir: Path
+    status: Status
+    seconds: float
+    message: str = ""
+
+    @property
+    def log(self) -> Path:
+        return self.run_dir / "log.txt"
+
+
+@dataclasses.dataclass
+class SweepSummary:
+    experiment_dir: Path
+    results_csv: Path
+    outcomes: list[RunOutcome]
+    total: int
+    interrupted: bool = False
+
+    @property
+    def failures(self) -> list[RunOutcome]:
+        return [o for o in self.outcomes if o.status in ("failed", "timeout")]
+
+    def count(self, status: Status) -> int:
+        return sum(o.status == status for o in self.outcomes)
+
+
+def _config(manifest: Manifest, point: GridPoint) -> dict[str, Any]:
+    return {
+        "experiment": manifest.experiment,
+        "scale": manifest.scale,
+        "run_id": point.run_id,
+        "workload": manifest.workload,
+        "params": dict(point.params),
+        "repetitions": manifest.repetitions,
+        "timeout_s": manifest.timeout_s,
+        "rlscope_version": rlscope.__version__,
+    }
+
+
+def _is_complete(run_dir: Path, config: Mapping[str, Any]) -> bool:
+    """A run is reusable if it finished and was asked exactly what we would ask it now."""
+    if not (run_dir / "DONE").exists():
+        return False
+    old = read_json(run_dir / "config.json") or {}
+    same = all(old.get(k) == config[k] for k in ("workload", "params", "repetitions"))
+    return same and read_json(run_dir / "result.json") is not None
+
+
+class _Launcher:
+    """Starts run subprocesses and remembers them so Ctrl-C can stop them all."""
+
+    def __init__(self, manifest: Manifest, runs_dir: Path) -> None:
+        self.manifest = manifest
+        self.runs_dir = runs_dir
+        self._live: set[subprocess.Popen[bytes]] = set()
+        self._lock = threading.Lock()
+        self.stopping = False
+
+    def __call__(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
+        run_dir = self.runs_dir / point.run_id
+        run_dir.mkdir(parents=True, exist_ok=True)
+        for stale in ("DONE", "result.json"):
+            (run_dir / stale).unlink(missing_ok=True)
+        write_json_atomic(run_dir / "config.json", _config(self.manifest, point))
+        env = {**os.environ, **slot_env, "PYTHONUNBUFFERED": "1", "RLSCOPE_RUN_DIR": str(run_dir)}
+        # Workloads are named as importable modules relative to where `rlscope run` was started.
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        started = time.perf_counter()
+        with open(run_dir / "log.txt", "wb") as log:
+            if self.stopping:
+                return RunOutcome(point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
+            proc = subprocess.Popen(
+                [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
+                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                start_new_session=True,  # Ctrl-C reaches the runner only; it stops the runs itself
+            )
+            with self._lock:
+                self._live.add(proc)
+            try:
+                returncode = proc.wait(timeout=self.manifest.timeout_s)
+            except subprocess.TimeoutExpired:
+                _kill(proc)
+                return RunOutcome(point.run_id, run_dir, "timeout", time.perf_counter() - started,
+                                  f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)")
+            finally:
+                with self._lock:
+                    self._live.discard(proc)
+        seconds = time.perf_counter() - started
+        result = read_json(run_dir / "result.json")
+        if returncode != 0 or result is None:
+            reason = "interrupted" if self.stopping else f"exit code {returncode}: {_last_line(run_dir / 'log.txt')}"
+            return RunOutcome(point.run_id, run_dir, "failed", seconds, reason)
+        write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+        return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
+
+    def stop_all(self) -> None:
+        self.stopping = True
+        with self._lock:
+            live = list(self._live)
+        for proc in live:
+            _kill(proc)
+
+
+def _kill(proc: subprocess.Popen[bytes]) -> None:
+    try:
+        os.killpg(proc.pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    proc.wait()
+
+
+def _last_line(log: Path) -> str:
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:200] if lines else "no output"
+
+
+def run_sweep(
+    manifest: Manifest,
+    output_dir: Path,
+    *,
+    executor: Executor | None = None,
+    force: bool = False,
+    progress: bool = True,
+) -> SweepSummary:
+    """Execute every run of ``manifest`` not already complete and rebuild ``results.csv``.
+
+    Failing runs do not stop the sweep. On Ctrl-C the runs in flight are killed, every finished
+    run is kept, results.csv is written for them, and ``summary.interrupted`` is set.
+    """
+    resolve_workload(manifest.workload)  # fail once, clearly, before starting N subprocesses
+    experiment_dir = output_dir / manifest.experiment
+    runs_dir = experiment_dir / "runs"
+    runs_dir.mkdir(parents=True, exist_ok=True)
+    write_json_atomic(experiment_dir / "experiment.json", manifest.to_json())
+
+    points = list(manifest.points())
+    outcomes: list[RunOutcome] = []
+    todo: list[GridPoint] = []
+    for point in points:
+        run_dir = runs_dir / point.run_id
+        if not force and _is_complete(run_dir, _config(manifest, point)):
+            outcomes.append(RunOutcome(point.run_id, run_dir, "reused", 0.0))
+        else:
+            todo.append(point)
+
+    launcher = _Launcher(manifest, runs_dir)
+    executor = executor or LocalExecutor()
+    interrupted = False
+    bar = tqdm(total=len(points), initial=len(outcomes), unit="run", desc=manifest.experiment,
+               disable=not progress, dynamic_ncols=True)
+    stream: Iterator[RunOutcome] = executor.run_all(todo, launcher)
+    try:
+        for outcome in stream:
+            outcomes.append(outcome)
+            bar.update(1)
+            if outcome.status in ("failed", "timeout"):
+                bar.write(f"  failed: {outcome.run_id} ({outcome.message}); log: {outcome.log}")
+    except KeyboardInterrupt:
+        interrupted = True
+        launcher.stop_all()
+        stream.close()  # type: ignore[attr-defined]
+    finally:
+        bar.close()
+
+    results_csv = experiment_dir / "results.csv"
+    frame = collect_results(manifest, experiment_dir)
+    buffer = io.StringIO()
+    frame.to_csv(buffer, index=False)
+    write_atomic(results_csv, buffer.getvalue())
+    return SweepSummary(experiment_dir, results_csv, outcomes, len(points), interrupted)
+
+
+def collect_results(manifest: Manifest, experiment_dir: Path) -> pd.DataFrame:
+    """One tidy row per complete run x repetition, with the run's parameters as columns."""
+    rows: list[dict[str, Any]] = []
+    for point in manifest.points():
+        run_dir = experiment_dir / "runs" / point.run_id
+        if not _is_complete(run_dir, _config(manifest, point)):
+            continue
+        result = read_json(run_dir / "result.json")
+        base = {"run_id": point.run_id, **point.params, "status": result["status"], "reason": result.get("reason", "")}
+        reps = result.get("repetitions") or [{}]
+        rows.extend({**base, **rep} for rep in reps)
+    return pd.DataFrame(rows)

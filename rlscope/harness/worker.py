@@ -1,0 +1,79 @@
+"""The process that executes one run: ``python -m rlscope.harness.worker RUN_DIR``.
+
+It reads ``config.json``, imports the workload, calls it once per repetition and writes
+``result.json`` atomically. The runner, not the worker, writes ``DONE`` after checking the exit
+status, so a run killed at any point never looks complete.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+import time
+import traceback
+from collections.abc import Callable, Mapping
+from pathlib import Path
+from typing import Any
+
+from rlscope.errors import SkipRun, WorkloadError
+from rlscope.harness.files import read_json, write_json_atomic
+
+__all__ = ["resolve_workload", "main"]
+
+
+def resolve_workload(spec: str) -> Callable[..., Mapping[str, Any]]:
+    """Import ``module:function``; raise WorkloadError saying what is missing."""
+    module_name, _, func_name = spec.partition(":")
+    try:
+        module = importlib.import_module(module_name)
+    except ModuleNotFoundError as err:
+        raise WorkloadError(
+            f"workload {spec!r}: module {err.name!r} not found; run from the project root "
+            f"(the workload's package must be importable) or install what it needs"
+        ) from err
+    func = getattr(module, func_name, None)
+    if not callable(func):
+        raise WorkloadError(f"workload {spec!r}: {module_name} has no function {func_name!r}")
+    return func
+
+
+def _run(run_dir: Path) -> int:
+    config = read_json(run_dir / "config.json")
+    if config is None:
+        print(f"error: {run_dir}/config.json is missing or corrupt", file=sys.stderr)
+        return 2
+    func = resolve_workload(config["workload"])
+    rows: list[dict[str, Any]] = []
+    for repetition in range(config["repetitions"]):
+        started = time.time()
+        try:
+            metrics = dict(func(**config["params"]))
+        except SkipRun as skip:
+            print(f"skipped: {skip}", flush=True)
+            write_json_atomic(run_dir / "result.json", {"status": "skipped", "reason": str(skip), "repetitions": []})
+            return 0
+        metrics["repetition"] = repetition
+        metrics["run_seconds"] = time.time() - started
+        rows.append(metrics)
+        print(f"repetition {repetition}: {metrics}", flush=True)
+    write_json_atomic(run_dir / "result.json", {"status": "ok", "reason": "", "repetitions": rows})
+    return 0
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = sys.argv[1:] if argv is None else argv
+    if len(args) != 1:
+        print("usage: python -m rlscope.harness.worker RUN_DIR", file=sys.stderr)
+        return 2
+    try:
+        return _run(Path(args[0]))
+    except WorkloadError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    except Exception:  # the full traceback belongs in log.txt, where the summary points
+        traceback.print_exc()
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,49 @@
+"""Draw an experiment's figures into PDF and PNG files."""
+
+from __future__ import annotations
+
+import importlib
+import io
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")  # files only: never open a window, never need a display
+import matplotlib.pyplot as plt  # noqa: E402
+import pandas as pd  # noqa: E402
+
+from rlscope.errors import ResultsError  # noqa: E402
+from rlscope.harness.files import read_json, write_atomic  # noqa: E402
+from rlscope.plot import FIGURES  # noqa: E402
+
+__all__ = ["draw_experiment"]
+
+
+def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
+    """Draw every figure the experiment's manifest lists; return the files written."""
+    meta = read_json(experiment_dir / "experiment.json")
+    if meta is None:
+        raise ResultsError(f"{experiment_dir}: no experiment.json; run `rlscope run MANIFEST` first")
+    results_csv = experiment_dir / "results.csv"
+    try:
+        results = pd.read_csv(results_csv)
+    except FileNotFoundError as err:
+        raise ResultsError(f"{results_csv}: missing; run `rlscope run {meta['path']}` first") from err
+    except pd.errors.EmptyDataError:
+        results = pd.DataFrame()
+    if "status" not in results or not (results["status"] == "ok").any():
+        raise ResultsError(f"{results_csv}: no successful runs to plot; see the run logs under {experiment_dir / 'runs'}")
+    out_dir = artifacts_dir / meta["experiment"]
+    written: list[Path] = []
+    for name in meta["figures"]:
+        module_name, _, func_name = FIGURES[name].partition(":")
+        draw = getattr(importlib.import_module(module_name), func_name)
+        fig = draw(results, meta)
+        for suffix in ("pdf", "png"):
+            buffer = io.BytesIO()
+            fig.savefig(buffer, format=suffix, dpi=150, bbox_inches="tight")
+            path = out_dir / f"{name}.{suffix}"
+            write_atomic(path, buffer.getvalue())
+            written.append(path)
+        plt.close(fig)
+    return written
