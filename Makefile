@@ -1,0 +1,39 @@
+# Two commands for a new machine: `make artifacts-quick` (all figures, CPU, minutes) and `make test`.
+PYTHON ?= python3
+# Pinned: an unpinned torch may pull a multi-GB CUDA build. On a GPU box, any CUDA build of this
+# version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
+TORCH ?= torch==2.13.0
+EXTRAS ?= rl,dev
+VENV := .venv
+PY := $(VENV)/bin/python
+RLSCOPE := $(VENV)/bin/rlscope
+comma := ,
+STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
+MANIFESTS := $(sort $(wildcard configs/*.yaml))
+JOBS ?= 1
+
+.PHONY: install test artifacts-quick artifacts clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
+	test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
+	touch $@
+
+test: $(STAMP)
+	$(PY) -m pytest
+
+# Every manifest at quick scale on this machine; figures land in output/artifacts/<experiment>/.
+artifacts-quick: $(STAMP)
+	@for m in $(MANIFESTS); do $(RLSCOPE) run $$m --scale quick --jobs $(JOBS) || exit $$?; done
+	@echo "figures: output/artifacts/"
+
+# The papers' sizes: for a GPU machine (hours).
+artifacts: $(STAMP)
+	@for m in $(MANIFESTS); do $(RLSCOPE) run $$m --scale full --jobs $(JOBS) || exit $$?; done
+	@echo "figures: output/artifacts/"
+
+clean:
+	rm -rf build $(VENV) output/*/ .pytest_cache

@@ -1,0 +1,9 @@
+#!/usr/bin/env bash
+# Paper "Optimizing Data Collection in Deep RL", Fig. 4: CartPole data-collection throughput vs N.
+# Usage: experiments/experiment_gpu_vectorization.sh [quick|full] [extra `rlscope run` options]
+set -euo pipefail
+cd "$(dirname "$0")/.."
+scale="${1:-quick}"
+shift || true
+make --no-print-directory install
+exec .venv/bin/rlscope run configs/gpu_vectorization.yaml --scale "$scale" "$@"

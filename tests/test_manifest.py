@@ -1,0 +1,117 @@
+"""Manifest validation: each kind of mistake gets its own message with file, line and field."""
+
+from __future__ import annotations
+
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from rlscope.errors import ManifestError
+from rlscope.harness.manifest import load_manifest
+
+GOOD = """\
+experiment: toy
+workload: tests.toy_workloads:echo
+params: {sleep_s: 0}
+grid:
+  x: [1, 2, 3]
+  mode: [a, b]
+exclude:
+  - {x: 3, mode: b}
+repetitions: 2
+scales:
+  quick:
+    grid: {x: [1]}
+    repetitions: 1
+figures: []
+"""
+
+
+def write(tmp_path: Path, text: str) -> Path:
+    path = tmp_path / "m.yaml"
+    path.write_text(textwrap.dedent(text))
+    return path
+
+
+def error_for(tmp_path: Path, text: str, scale: str = "full") -> str:
+    with pytest.raises(ManifestError) as info:
+        load_manifest(write(tmp_path, text), scale)
+    return str(info.value)
+
+
+def test_full_scale_expands_grid_in_order_without_excluded_points(tmp_path: Path) -> None:
+    m = load_manifest(write(tmp_path, GOOD), "full")
+    ids = [p.run_id for p in m.points()]
+    assert ids == ["x-1__mode-a", "x-1__mode-b", "x-2__mode-a", "x-2__mode-b", "x-3__mode-a"]
+    assert m.repetitions == 2
+    assert dict(next(m.points()).params) == {"sleep_s": 0, "x": 1, "mode": "a"}
+
+
+def test_quick_scale_overrides_grid_and_repetitions(tmp_path: Path) -> None:
+    m = load_manifest(write(tmp_path, GOOD), "quick")
+    assert [p.run_id for p in m.points()] == ["x-1__mode-a", "x-1__mode-b"]
+    assert m.repetitions == 1
+
+
+def test_unknown_top_level_key_names_line_and_suggests(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("repetitions: 2", "repetitons: 2"))
+    assert "m.yaml:9:" in msg and "unknown field 'repetitons'" in msg and "did you mean 'repetitions'" in msg
+
+
+def test_unknown_scale_key(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("    repetitions: 1", "    reps: 1"))
+    assert "m.yaml:13:" in msg and "'reps' in scales.quick" in msg and "allowed fields" in msg
+
+
+def test_wrong_type_names_field_and_value(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("repetitions: 2", "repetitions: two"))
+    assert "m.yaml:9:" in msg and "'repetitions'" in msg and "integer >= 1" in msg and "'two'" in msg
+
+
+def test_grid_value_must_be_a_list(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("x: [1, 2, 3]", "x: 5"))
+    assert "m.yaml:5:" in msg and "'grid.x'" in msg and "non-empty list" in msg
+
+
+def test_grid_values_must_be_scalars(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("x: [1, 2, 3]", "x: [1, {a: 2}]"))
+    assert "'grid.x.1'" in msg and "single value" in msg
+
+
+def test_missing_required_field(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("workload: tests.toy_workloads:echo\n", ""))
+    assert "missing required field 'workload'" in msg
+
+
+def test_bad_workload_form(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("tests.toy_workloads:echo", "tests/toy.py"))
+    assert "m.yaml:2:" in msg and "package.module:function" in msg
+
+
+def test_unknown_figure_lists_known_ones(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("figures: []", "figures: [nope]"))
+    assert "unknown figure 'nope'" in msg and "throughput_vs_envs" in msg
+
+
+def test_invalid_yaml_reports_line(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("grid:\n", "grid: [\n"))
+    assert "not valid YAML" in msg and "m.yaml:" in msg
+
+
+def test_same_parameter_in_params_and_grid(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("{sleep_s: 0}", "{x: 0}"))
+    assert "x appear in both params and grid" in msg
+
+
+def test_missing_file(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError, match="cannot read manifest"):
+        load_manifest(tmp_path / "absent.yaml")
+
+
+def test_every_shipped_manifest_validates_at_both_scales() -> None:
+    manifests = sorted(Path("configs").glob("*.yaml"))
+    assert manifests, "configs/ holds no manifests"
+    for path in manifests:
+        for scale in ("quick", "full"):
+            assert list(load_manifest(path, scale).points())

@@ -1,0 +1,184 @@
+"""The runner: run directories, resume, --force, failures, timeouts, crashes, skips and Ctrl-C."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlscope.harness.executors import LocalExecutor
+from rlscope.harness.files import write_atomic
+from rlscope.harness.manifest import load_manifest
+from rlscope.harness.runner import run_sweep
+
+
+def manifest(tmp_path: Path, params: str = "{}", xs: str = "[1, 2, 3]", timeout: float = 60,
+             repetitions: int = 2) -> Path:
+    path = tmp_path / "toy.yaml"
+    path.write_text(textwrap.dedent(f"""\
+        experiment: toy
+        workload: tests.toy_workloads:echo
+        params: {params}
+        grid: {{x: {xs}}}
+        repetitions: {repetitions}
+        timeout_s: {timeout}
+        """))
+    return path
+
+
+def sweep(path: Path, out: Path, **kwargs):
+    return run_sweep(load_manifest(path, "full"), out, progress=False, **kwargs)
+
+
+def calls(out: Path, run_id: str) -> list[str]:
+    return (out / "toy" / "runs" / run_id / "calls.txt").read_text().split()
+
+
+def test_run_directories_hold_config_log_result_and_done(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path), out)
+    assert [o.status for o in summary.outcomes] == ["ok", "ok", "ok"]
+    run_dir = out / "toy" / "runs" / "x-2"
+    assert json.loads((run_dir / "config.json").read_text())["params"] == {"x": 2}
+    result = json.loads((run_dir / "result.json").read_text())
+    assert [r["y"] for r in result["repetitions"]] == [4.0, 4.0]
+    assert (run_dir / "DONE").exists() and (run_dir / "log.txt").exists()
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert len(frame) == 6  # 3 runs x 2 repetitions
+    assert sorted(frame["repetition"].unique()) == [0, 1]
+    assert (frame["y"] == frame["x"] ** 2).all()
+
+
+def test_resume_skips_done_runs_and_force_reruns(tmp_path: Path) -> None:
+    out, path = tmp_path / "out", manifest(tmp_path, repetitions=1)
+    sweep(path, out)
+    again = sweep(path, out)
+    assert [o.status for o in again.outcomes] == ["reused"] * 3
+    assert calls(out, "x-1") == ["1"]
+    forced = sweep(path, out, force=True)
+    assert [o.status for o in forced.outcomes] == ["ok"] * 3
+    assert calls(out, "x-1") == ["1", "1"]
+
+
+def test_changed_parameters_rerun_instead_of_reusing(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    sweep(manifest(tmp_path, params="{sleep_s: 0}", repetitions=1), out)
+    again = sweep(manifest(tmp_path, params="{sleep_s: 0.01}", repetitions=1), out)
+    assert [o.status for o in again.outcomes] == ["ok"] * 3
+
+
+def test_failing_run_in_the_middle_does_not_stop_the_sweep(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{fail_on: 2}"), out)
+    assert [o.status for o in summary.outcomes] == ["ok", "failed", "ok"]
+    failure = summary.failures[0]
+    assert failure.run_id == "x-2" and "toy failure for x=2" in failure.message
+    assert "Traceback" in failure.log.read_text()
+    assert not (failure.run_dir / "DONE").exists()
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert sorted(frame["x"].unique()) == [1, 3]
+    # Resuming re-runs only the failed run.
+    resumed = sweep(manifest(tmp_path, params="{fail_on: 99}"), out)
+    assert sum(o.status == "ok" for o in resumed.outcomes) == 3  # params changed: all rerun
+    resumed = sweep(manifest(tmp_path, params="{fail_on: 99}"), out)
+    assert [o.status for o in resumed.outcomes] == ["reused"] * 3
+
+
+def test_timeout_kills_the_run_and_leaves_no_done(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{hang_on: 1}", xs="[1, 2]", timeout=2), out)
+    status = {o.run_id: o.status for o in summary.outcomes}
+    assert status == {"x-1": "timeout", "x-2": "ok"}
+    assert not (out / "toy" / "runs" / "x-1" / "DONE").exists()
+    assert "timeout_s" in summary.failures[0].message
+
+
+def test_killed_run_leaves_no_done_and_no_result(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{crash_on: 3}"), out)
+    run_dir = out / "toy" / "runs" / "x-3"
+    assert summary.outcomes[-1].status == "failed"
+    assert "exit code -9" in summary.outcomes[-1].message
+    assert not (run_dir / "DONE").exists() and not (run_dir / "result.json").exists()
+
+
+def test_stale_done_is_removed_before_a_rerun(tmp_path: Path) -> None:
+    out, path = tmp_path / "out", manifest(tmp_path, xs="[3]", repetitions=1)
+    sweep(path, out)
+    crashed = sweep(manifest(tmp_path, params="{crash_on: 3}", xs="[3]", repetitions=1), out)
+    assert crashed.outcomes[0].status == "failed"
+    assert not (out / "toy" / "runs" / "x-3" / "DONE").exists()
+
+
+def test_skipped_run_is_complete_and_recorded_with_reason(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{skip_on: 1}", xs="[1, 2]"), out)
+    assert [o.status for o in summary.outcomes] == ["skipped", "ok"]
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    skipped = frame[frame["status"] == "skipped"]
+    assert len(skipped) == 1 and skipped["reason"].iloc[0] == "toy reason"
+
+
+def test_parallel_jobs_run_every_point_once(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, xs="[1, 2, 3, 4, 5]", repetitions=1), out,
+                    executor=LocalExecutor(jobs=2, gpus=[]))
+    assert sorted(o.run_id for o in summary.outcomes) == [f"x-{i}" for i in range(1, 6)]
+    assert all(calls(out, f"x-{i}") == [str(i)] for i in range(1, 6))
+
+
+def test_local_executor_pins_one_gpu_per_slot() -> None:
+    seen: list[str] = []
+    executor = LocalExecutor(jobs=2, gpus=["0", "1"])
+    list(executor.run_all([1, 2, 3, 4], lambda run, env: seen.append(env["CUDA_VISIBLE_DEVICES"])))
+    assert sorted(set(seen)) == ["0", "1"] and len(seen) == 4
+
+
+def test_write_atomic_keeps_old_content_when_writing_fails(tmp_path: Path) -> None:
+    target = tmp_path / "f.txt"
+    write_atomic(target, "old")
+
+    with pytest.raises(TypeError):
+        write_atomic(target, 12345)  # type: ignore[arg-type]
+    assert target.read_text() == "old"
+    assert [p.name for p in tmp_path.iterdir()] == ["f.txt"]
+
+
+def test_cli_reports_failures_with_log_paths_and_exit_code(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    path = manifest(tmp_path, params="{fail_on: 1}", xs="[1, 2]", repetitions=1)
+    proc = subprocess.run([sys.executable, "-m", "rlscope.cli", "run", str(path), "--output", str(tmp_path / "o"),
+                           "--no-plot"], capture_output=True, text=True, env=cli_env)
+    assert proc.returncode == 1
+    assert "1 run(s) failed" in proc.stderr and "runs/x-1/log.txt" in proc.stderr
+    assert "Traceback" not in proc.stderr
+
+
+def test_ctrl_c_keeps_finished_runs_and_resume_completes(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    out = tmp_path / "o"
+    path = manifest(tmp_path, params="{sleep_s: 1.5}", xs="[1, 2, 3, 4]", repetitions=1)
+    cmd = [sys.executable, "-m", "rlscope.cli", "run", str(path), "--output", str(out), "--no-plot"]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    first_done = out / "toy" / "runs" / "x-1" / "DONE"
+    deadline = time.monotonic() + 60
+    while not first_done.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "resume" in stderr
+    assert first_done.exists()
+    done = sorted(p.parent.name for p in (out / "toy" / "runs").glob("*/DONE"))
+    assert len(done) < 4
+    finished = pd.read_csv(out / "toy" / "results.csv")
+    assert sorted(finished["run_id"]) == done
+    resumed = subprocess.run(cmd, capture_output=True, text=True, env=cli_env)
+    assert resumed.returncode == 0, resumed.stderr
+    assert f"{len(done)} reused" in resumed.stdout
+    assert calls(out, "x-1") == ["1"]
