@@ -65,12 +65,73 @@ def run(manifest: Path, scale: str, output_dir: Path, jobs: int, force: bool, pl
 
 
 @cli.command()
-@click.argument("experiment_dir", type=click.Path(path_type=Path))
-@click.option("--artifacts", "artifacts_dir", type=click.Path(path_type=Path), default=None,
-              help="Where figures go (default: the artifacts/ folder beside EXPERIMENT_DIR).")
-def plot(experiment_dir: Path, artifacts_dir: Path | None) -> None:
-    """Draw the figures of an experiment directory written by `rlscope run`."""
-    _draw(experiment_dir, artifacts_dir or experiment_dir.resolve().parent / "artifacts")
+@click.argument("directory", type=click.Path(path_type=Path))
+@click.option("--out", "out_dir", type=click.Path(path_type=Path), default=None,
+              help="Where figures go (experiment: the artifacts/ folder beside it; trace: DIRECTORY/figures).")
+def plot(directory: Path, out_dir: Path | None) -> None:
+    """Draw figures of an experiment directory (`rlscope run`) or a trace directory (`rlscope prof`)."""
+    if (directory / "experiment.json").exists() or not _is_trace(directory):
+        _draw(directory, out_dir or directory.resolve().parent / "artifacts")
+        return
+    from rlscope.plot.render import draw_profile
+
+    for path in draw_profile(directory, out_dir or directory / "figures"):
+        if path.suffix == ".pdf":
+            click.echo(f"figure: {path}")
+
+
+def _is_trace(directory: Path) -> bool:
+    return any(directory.glob("*/meta.json"))
+
+
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--output", "output_dir", type=click.Path(path_type=Path), default=None,
+              help="Trace directory (default: output/traces/<script>-<time>).")
+@click.option("--transitions/--no-transitions", default=True, show_default=True,
+              help="Record every call from Python into ML backends and simulators.")
+@click.option("--process", default=None, help="Process name in results (default: the script's name).")
+@click.option("--analyze/--no-analyze", "then_analyze", default=True, show_default=True,
+              help="Analyze the trace when the command ends.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def prof(output_dir: Path | None, transitions: bool, process: str | None, then_analyze: bool,
+         command: tuple[str, ...]) -> None:
+    """Run COMMAND (e.g. `-- python train.py ARGS`) with every Python process in it profiled."""
+    from rlscope.collect.launch import run_profiled
+
+    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, process=process)
+    click.echo(f"trace: {trace_dir}", err=True)
+    if then_analyze and _is_trace(trace_dir):
+        _analyze(trace_dir)
+    sys.exit(code)
+
+
+@cli.command()
+@click.argument("trace_dir", type=click.Path(path_type=Path))
+def analyze(trace_dir: Path) -> None:
+    """Compute time breakdown and transition tables of TRACE_DIR (into TRACE_DIR/analysis/)."""
+    _analyze(trace_dir)
+
+
+def _analyze(trace_dir: Path) -> None:
+    from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
+    from rlscope.analyze.summary import format_summary
+
+    tables = analyze_trace(trace_dir)
+    write_tables(tables, trace_dir / ANALYSIS_DIR)
+    click.echo(format_summary(tables["breakdown"], tables["transitions"]))
+    click.echo(f"tables: {trace_dir / ANALYSIS_DIR}/{{breakdown,transitions}}.{{csv,parquet}}")
+
+
+@cli.command()
+@click.argument("trace_dir", type=click.Path(path_type=Path))
+@click.option("--format", "fmt", type=click.Choice(["perfetto"]), default="perfetto", show_default=True,
+              help="perfetto: Chrome trace-event JSON (ui.perfetto.dev, Holistic Trace Analysis).")
+@click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
+def export(trace_dir: Path, fmt: str, out: Path) -> None:
+    """Export TRACE_DIR for other trace viewers."""
+    from rlscope.trace.perfetto import export_perfetto
+
+    click.echo(f"wrote {export_perfetto(trace_dir, out)}")
 
 
 def _draw(experiment_dir: Path, artifacts_dir: Path) -> None:
@@ -81,8 +142,16 @@ def _draw(experiment_dir: Path, artifacts_dir: Path) -> None:
             click.echo(f"figure: {path}")
 
 
+def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                  file: object = None, line: str | None = None) -> None:
+    click.echo(f"warning: {message}", err=True)
+
+
 def main() -> None:
     """Entry point: turn user errors into one line and exit code 2, with no traceback."""
+    import warnings
+
+    warnings.showwarning = _show_warning
     try:
         cli.main(standalone_mode=False)
     except click.exceptions.Abort:

@@ -1,6 +1,6 @@
 """Errors a user can cause and fix; the CLI prints them as one line and exits with code 2."""
 
-__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun"]
+__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun", "TraceError", "NestingError"]
 
 
 class RlscopeError(Exception):
@@ -17,6 +17,14 @@ class WorkloadError(RlscopeError):
 
 class ResultsError(RlscopeError):
     """An experiment directory lacks the files a later stage needs."""
+
+
+class TraceError(RlscopeError):
+    """A trace directory is missing, corrupt, or of another schema version."""
+
+
+class NestingError(RlscopeError):
+    """Operations were closed in another order than they were opened."""
 
 
 class SkipRun(Exception):

@@ -16,7 +16,20 @@ from rlscope.errors import ResultsError  # noqa: E402
 from rlscope.harness.files import read_json, write_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
 
-__all__ = ["draw_experiment"]
+__all__ = ["draw_experiment", "draw_profile", "save_figure"]
+
+
+def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
+    """Write ``fig`` as PDF and PNG (atomically) and close it."""
+    written = []
+    for suffix in ("pdf", "png"):
+        buffer = io.BytesIO()
+        fig.savefig(buffer, format=suffix, dpi=150, bbox_inches="tight")
+        path = out_dir / f"{name}.{suffix}"
+        write_atomic(path, buffer.getvalue())
+        written.append(path)
+    plt.close(fig)
+    return written
 
 
 def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
@@ -38,12 +51,21 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
     for name in meta["figures"]:
         module_name, _, func_name = FIGURES[name].partition(":")
         draw = getattr(importlib.import_module(module_name), func_name)
-        fig = draw(results, meta)
-        for suffix in ("pdf", "png"):
-            buffer = io.BytesIO()
-            fig.savefig(buffer, format=suffix, dpi=150, bbox_inches="tight")
-            path = out_dir / f"{name}.{suffix}"
-            write_atomic(path, buffer.getvalue())
-            written.append(path)
-        plt.close(fig)
+        written += save_figure(draw(results, meta), out_dir, name)
+    return written
+
+
+def draw_profile(trace_dir: Path, out_dir: Path) -> list[Path]:
+    """Draw the breakdown and transition figures of a trace, analysing it first if needed."""
+    from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
+    from rlscope.plot.breakdown import time_breakdown, transition_counts
+
+    tables_dir = trace_dir / ANALYSIS_DIR
+    try:
+        tables = {name: pd.read_parquet(tables_dir / f"{name}.parquet") for name in ("breakdown", "transitions")}
+    except (OSError, ValueError):
+        tables = analyze_trace(trace_dir)
+        write_tables(tables, tables_dir)
+    written = save_figure(time_breakdown(tables["breakdown"]), out_dir, "time_breakdown")
+    written += save_figure(transition_counts(tables["transitions"]), out_dir, "transitions")
     return written

@@ -1,0 +1,39 @@
+"""Analyses of trace bundles: pure functions of the trace, each returning a tidy DataFrame."""
+
+from __future__ import annotations
+
+import io
+from pathlib import Path
+
+import pandas as pd
+
+from rlscope.analyze.overlap import breakdown, transitions
+from rlscope.harness.files import write_atomic
+from rlscope.trace.reader import read_trace
+
+__all__ = ["analyze_trace", "write_tables", "breakdown", "transitions", "ANALYSIS_DIR"]
+
+ANALYSIS_DIR = "analysis"
+
+
+def analyze_trace(directory: Path) -> dict[str, pd.DataFrame]:
+    """Breakdown and transition tables over every process of the trace at ``directory``."""
+    processes = read_trace(directory)
+    return {
+        "breakdown": pd.concat([breakdown(p) for p in processes], ignore_index=True),
+        "transitions": pd.concat([transitions(p) for p in processes], ignore_index=True),
+    }
+
+
+def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
+    """Write each table as CSV (to read) and Parquet (to load fast), atomically."""
+    written = []
+    for name, frame in tables.items():
+        text = io.StringIO()
+        frame.to_csv(text, index=False)
+        write_atomic(out_dir / f"{name}.csv", text.getvalue())
+        blob = io.BytesIO()
+        frame.to_parquet(blob, index=False)
+        write_atomic(out_dir / f"{name}.parquet", blob.getvalue())
+        written += [out_dir / f"{name}.csv", out_dir / f"{name}.parquet"]
+    return written

@@ -1,0 +1,28 @@
+"""A short plain-text summary of an analysis, printed by `rlscope analyze` and `rlscope prof`."""
+
+from __future__ import annotations
+
+import pandas as pd
+
+__all__ = ["format_summary"]
+
+
+def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame) -> str:
+    """Per process and operation of the main thread: total seconds and % in each resource set."""
+    main = breakdown[breakdown["thread"] == "main"]
+    if main.empty:
+        return "no events recorded"
+    table = main.pivot_table(index=["process", "operation"], columns="resources", values="time_s", aggfunc="sum",
+                             fill_value=0.0)
+    total = table.sum(axis=1)
+    shares = table.div(total, axis=0).mul(100).round(1)
+    shares.insert(0, "total_s", total.round(4))
+    lines = ["time per operation (s) and % by resources in use:", shares.to_string()]
+    tmain = transitions[transitions["thread"] == "main"]
+    if not tmain.empty:
+        value = "per_iteration" if tmain["iterations"].gt(0).all() else "count"
+        counts = tmain.pivot_table(index=["process", "operation"], columns="transition", values=value,
+                                   aggfunc="sum", fill_value=0)
+        lines += [f"transitions ({'per iteration' if value == 'per_iteration' else 'total'}):",
+                  counts.round(2).to_string()]
+    return "\n".join(lines)

@@ -1,0 +1,169 @@
+"""The annotation API: three lines in a training script.
+
+    import rlscope
+    with rlscope.profile("traces/ppo", process="trainer", phase="training"):
+        for it in range(n):
+            rlscope.step()
+            with rlscope.operation("inference"):
+                action = policy(obs)
+            with rlscope.operation("simulation"):
+                obs = env.step(action)
+
+Operations nest; time is charged to the innermost one. With profiling off (no ``profile()``
+and no ``rlscope prof``) every call is a cheap no-op, so annotations can stay in the code.
+This module imports nothing heavy: the session machinery loads only when profiling starts.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import os
+import sys
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any, TypeVar
+
+__all__ = ["profile", "operation", "set_phase", "step", "enabled", "ENV_DIRECTORY"]
+
+ENV_DIRECTORY = "RLSCOPE_DIR"  # set by `rlscope prof`: every Python process under it profiles itself
+ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
+ENV_PROCESS = "RLSCOPE_PROCESS"
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_session: Any = None  # rlscope.collect.session.Session while profiling, else None
+
+
+class operation:  # noqa: N801 - used like a function: `with rlscope.operation("inference"):`
+    """Charge the time inside to the operation ``name`` (a context manager and a decorator)."""
+
+    __slots__ = ("name",)
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+
+    def __enter__(self) -> operation:
+        session = _session
+        if session is not None:
+            session.enter(self.name)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        session = _session
+        if session is not None:
+            session.exit(self.name)
+
+    def __call__(self, func: F) -> F:
+        name = self.name
+
+        @functools.wraps(func)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            session = _session
+            if session is None:
+                return func(*args, **kwargs)
+            session.enter(name)
+            try:
+                return func(*args, **kwargs)
+            finally:
+                session.exit(name)
+
+        return wrapper  # type: ignore[return-value]
+
+
+def set_phase(name: str) -> None:
+    """Start a new training phase (e.g. "data_collection", "training"); results are split by phase."""
+    if _session is not None:
+        _session.set_phase(name)
+
+
+def step() -> None:
+    """Mark an iteration boundary, so results can be given per iteration."""
+    if _session is not None:
+        _session.step()
+
+
+def enabled() -> bool:
+    """Whether this process is being profiled now."""
+    return _session is not None
+
+
+@contextlib.contextmanager
+def profile(directory: str | os.PathLike[str] | None = None, *, process: str | None = None,
+            phase: str | None = None, transitions: bool | None = None) -> Iterator[None]:
+    """Profile the block into ``directory``.
+
+    Under ``rlscope prof`` the process is already being profiled into the directory it chose:
+    then this only names the process and phase. Without a directory and outside ``rlscope prof``
+    the block runs unprofiled.
+    """
+    global _session
+    if _session is not None:  # already profiled (rlscope prof, or an outer profile())
+        if process:
+            _session.process = process
+        if phase:
+            _session.set_phase(phase)
+        yield
+        return
+    directory = directory or os.environ.get(ENV_DIRECTORY)
+    if directory is None:
+        yield
+        return
+    _session = _start(Path(directory), process, phase, transitions)
+    try:
+        yield
+    finally:
+        session, _session = _session, None
+        session.stop()
+
+
+def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None) -> Any:
+    from rlscope.collect.session import Session
+
+    if transitions is None:
+        transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
+    session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
+                      transitions=transitions)
+    session.start()
+    return session
+
+
+def _start_from_environment() -> None:
+    """Profile this whole process into $RLSCOPE_DIR (called at interpreter start by `rlscope prof`)."""
+    global _session
+    directory = os.environ.get(ENV_DIRECTORY)
+    if not directory or _session is not None:
+        return
+    import atexit
+
+    _session = _start(Path(directory), None, None, None)
+    atexit.register(_stop_at_exit)
+
+
+def _restart_in_child() -> None:
+    """A forked child gets its own trace files.
+
+    multiprocessing's fork children leave through os._exit (no atexit) after clearing the
+    finalizers inherited from the parent, so the session is closed by a finalizer registered
+    from multiprocessing's own after-fork hook.
+    """
+    if _session is None:
+        return
+    _session.abandon_after_fork()
+    mp_util = sys.modules.get("multiprocessing.util")
+    if mp_util is not None:
+        mp_util.register_after_fork(_session, _close_with_multiprocessing)
+
+
+def _close_with_multiprocessing(session: Any) -> None:
+    sys.modules["multiprocessing.util"].Finalize(None, _stop_at_exit, exitpriority=-100)
+
+
+os.register_at_fork(after_in_child=_restart_in_child)
+
+
+def _stop_at_exit() -> None:
+    global _session
+    session, _session = _session, None
+    if session is not None:
+        session.stop()

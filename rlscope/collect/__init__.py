@@ -1,0 +1,1 @@
+"""Collectors: what records events while a workload runs."""

@@ -1,0 +1,49 @@
+"""`rlscope prof`: run a command with every Python process in it profiling itself.
+
+Profiling is switched on through the environment, so the user's script needs no flags:
+$RLSCOPE_DIR names the trace directory, and a ``sitecustomize`` put first on PYTHONPATH starts
+a session in each interpreter (child processes of any kind inherit both).
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+from rlscope.api import ENV_DIRECTORY, ENV_PROCESS, ENV_TRANSITIONS
+from rlscope.errors import RlscopeError
+
+__all__ = ["run_profiled", "BOOTSTRAP_DIR"]
+
+BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+
+
+def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
+                 process: str | None = None) -> tuple[Path, int]:
+    """Run ``command`` under profiling; return the trace directory and the command's exit code."""
+    if not command:
+        raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
+    if output_dir is None:
+        script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
+        output_dir = Path("output") / "traces" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    output_dir = output_dir.resolve()
+    output_dir.mkdir(parents=True, exist_ok=True)
+    env = dict(os.environ)
+    env[ENV_DIRECTORY] = str(output_dir)
+    env[ENV_TRANSITIONS] = "1" if transitions else "0"
+    if process:
+        env[ENV_PROCESS] = process
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
+    try:
+        proc = subprocess.Popen(command, env=env)
+    except FileNotFoundError as err:
+        raise RlscopeError(f"cannot run {command[0]!r}: not found; check the command after `--`") from err
+    try:
+        code = proc.wait()
+    except KeyboardInterrupt:  # the child got the same Ctrl-C; let it write its trace and exit
+        proc.send_signal(signal.SIGINT)
+        code = proc.wait()
+    return output_dir, code

@@ -1,0 +1,153 @@
+"""A profiling session of one process: its trace files, operation stacks, phases and collectors.
+
+Layout: ``DIRECTORY/<process>.<pid>/{meta.json, events.arrows}``. ``meta.json`` is written at
+start with ``complete: false`` and rewritten at the end, so an analysis can tell a crashed
+process from a finished one.
+"""
+
+from __future__ import annotations
+
+import os
+import platform
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+import rlscope
+from rlscope.collect.python import TransitionCollector
+from rlscope.errors import NestingError
+from rlscope.harness.files import write_json_atomic
+from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Kind
+from rlscope.trace.writer import TraceWriter
+
+__all__ = ["Session", "DEFAULT_PHASE"]
+
+DEFAULT_PHASE = "default"
+_OPERATION = int(Kind.OPERATION)
+
+
+def _process_name() -> str:
+    """The script's name; `python -c` and multiprocessing's helpers are just "python"."""
+    script = sys.argv[0] if sys.argv else ""
+    return Path(script).stem if script and script != "-c" else "python"
+
+
+class Session:
+    def __init__(self, directory: str | Path, process: str | None = None, phase: str | None = None,
+                 transitions: bool = True, chunk_events: int = 1 << 16) -> None:
+        self.root = Path(directory)
+        self.process = process or _process_name()
+        self.phase = phase or DEFAULT_PHASE
+        self.transitions = transitions
+        self.chunk_events = chunk_events
+        self._stacks: dict[int, list[tuple[str, int]]] = {}
+        self._collector: TransitionCollector | None = None
+        self._phase_start = 0
+        self._last_step: int | None = None
+        self.active = False
+
+    # Lifecycle ------------------------------------------------------------------------------
+    def start(self) -> None:
+        self.pid = os.getpid()
+        self.dir = self.root / f"{self.process}.{self.pid}"
+        self.dir.mkdir(parents=True, exist_ok=True)
+        self.writer = TraceWriter(self.dir / EVENTS_FILE, self.chunk_events)
+        self.start_ns = self._phase_start = time.perf_counter_ns()
+        self._meta = {
+            "schema_version": SCHEMA_VERSION,
+            "rlscope_version": rlscope.__version__,
+            "process": self.process,
+            "pid": self.pid,
+            "ppid": os.getppid(),
+            "argv": sys.argv,
+            "python": platform.python_version(),
+            "host": platform.node(),
+            "clock": "perf_counter_ns (CLOCK_MONOTONIC)",
+            "start_ns": self.start_ns,
+            "start_unix_s": time.time(),
+            "main_tid": threading.get_ident(),
+            "transitions": self.transitions,
+            "transition_mechanism": ("sys.monitoring" if hasattr(sys, "monitoring") else "sys.setprofile")
+            if self.transitions else None,
+            "complete": False,
+        }
+        write_json_atomic(self.dir / META_FILE, self._meta)
+        self.active = True
+        if self.transitions:
+            self._collector = TransitionCollector(self.writer)
+            self._collector.start()
+
+    def stop(self) -> None:
+        if not self.active:
+            return
+        end = time.perf_counter_ns()
+        if self._collector is not None:
+            self._collector.stop()
+        self.active = False
+        self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
+        if self._last_step is not None:
+            self.writer.record(int(Kind.STEP), self._last_step, end, self.phase, tid=self._meta["main_tid"])
+        open_ops = {tid: [name for name, _ in stack] for tid, stack in self._stacks.items() if stack}
+        self.writer.close()
+        self._meta.update(complete=True, end_ns=end, events=self.writer.events_written,
+                          unclosed_operations={str(k): v for k, v in open_ops.items()})
+        write_json_atomic(self.dir / META_FILE, self._meta)
+        if open_ops:
+            names = ", ".join(repr(n) for ops in open_ops.values() for n in ops)
+            raise NestingError(f"profiling stopped while operation(s) {names} were still open; "
+                               f"close every rlscope.operation() before leaving rlscope.profile()")
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: drop the parent's buffered events and files, then start afresh."""
+        if self._collector is not None:
+            self._collector.stop()
+        self.writer.abandon()
+        self._stacks = {threading.get_ident(): list(self._stacks.get(threading.get_ident(), []))}
+        self._last_step = None
+        self.active = False
+        self.start()
+
+    # Annotations ----------------------------------------------------------------------------
+    def enter(self, name: str) -> None:
+        tid = threading.get_ident()
+        stack = self._stacks.get(tid)
+        if stack is None:
+            stack = self._stacks[tid] = []
+        stack.append((name, time.perf_counter_ns()))
+
+    def exit(self, name: str) -> None:
+        end = time.perf_counter_ns()
+        tid = threading.get_ident()
+        stack = self._stacks.get(tid)
+        if not stack:
+            raise NestingError(f"operation {name!r} ended but was never started on this thread")
+        top, start = stack[-1]
+        if top != name:
+            raise NestingError(f"operation {name!r} ended while {top!r}, started inside it, was still open; "
+                               f"operations must nest (close {top!r} first)")
+        stack.pop()
+        writer = self.writer
+        writer.rows.extend((_OPERATION, 0, tid, len(stack), start, end, writer.symbol(name), 0, -1))
+        if self._collector is None:
+            writer.maybe_flush()
+
+    def set_phase(self, name: str) -> None:
+        now = time.perf_counter_ns()
+        if name == self.phase:
+            return
+        self.writer.record(int(Kind.PHASE), self._phase_start, now, self.phase, tid=self._meta["main_tid"])
+        if self._last_step is not None:
+            self.writer.record(int(Kind.STEP), self._last_step, now, self.phase, tid=self._meta["main_tid"])
+            self._last_step = None
+        self.phase, self._phase_start = name, now
+
+    def step(self) -> None:
+        now = time.perf_counter_ns()
+        if self._last_step is not None:
+            self.writer.record(int(Kind.STEP), self._last_step, now, self.phase, tid=threading.get_ident())
+        self._last_step = now
+
+    def describe(self) -> dict[str, Any]:
+        return dict(self._meta)

@@ -1,0 +1,77 @@
+"""The RL-Scope figures of one profiled run: time breakdown and transition counts per operation."""
+
+from __future__ import annotations
+
+import matplotlib.pyplot as plt
+import numpy as np
+import pandas as pd
+from matplotlib.figure import Figure
+
+__all__ = ["time_breakdown", "transition_counts", "STACK_ORDER"]
+
+# Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
+STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "CPU + GPU", "GPU")
+_COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
+           "CPU + GPU": "#dd8452", "GPU": "#937860"}
+
+
+def _stack_label(cpu: str, gpu: bool) -> str:
+    if gpu:
+        return "GPU" if cpu == "none" else "CPU + GPU"
+    return cpu
+
+
+def _panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
+    keys = ["process", "phase"]
+    groups = list(frame.groupby(keys, sort=False))
+    return [(f"{proc} · phase {phase}" if len(groups) > 1 else f"phase {phase}", g) for (proc, phase), g in groups]
+
+
+def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
+    """Stacked bars: seconds per operation, split by the resources active (main thread)."""
+    frame = breakdown[breakdown["thread"] == "main"].copy()
+    frame["stack"] = [_stack_label(c, g) for c, g in zip(frame["cpu"], frame["gpu"])]
+    panels = _panels(frame)
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.6), squeeze=False)
+    for ax, (label, group) in zip(axes[0], panels):
+        table = group.pivot_table(index="operation", columns="stack", values="time_s", aggfunc="sum", fill_value=0)
+        table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
+        bottom = np.zeros(len(table))
+        for layer in STACK_ORDER:
+            if layer in table:
+                ax.bar(table.index, table[layer], bottom=bottom, label=layer, color=_COLORS[layer])
+                bottom += table[layer].to_numpy()
+        total = bottom.sum()
+        for x, height in enumerate(bottom):
+            ax.text(x, height, f"{100 * height / total:.0f}%", ha="center", va="bottom", fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.set_ylabel("time (s)")
+        ax.set_xlabel("operation")
+        ax.tick_params(axis="x", rotation=20)
+    handles, labels = axes[0][0].get_legend_handles_labels()
+    fig.legend(handles, labels, title="resources in use", loc="upper right", fontsize=8, title_fontsize=8,
+               bbox_to_anchor=(1.0, 0.9))
+    fig.suptitle(title or "Time breakdown per operation (CPU split by layer; % of profiled time)", fontsize=10)
+    fig.tight_layout(rect=(0, 0, 0.84, 0.95))
+    return fig
+
+
+def transition_counts(transitions: pd.DataFrame, title: str = "") -> Figure:
+    """Grouped bars: transitions per iteration (or in total when no iterations were marked)."""
+    frame = transitions[transitions["thread"] == "main"].copy()
+    per_iteration = frame["iterations"].gt(0).all() and not frame.empty
+    value = "per_iteration" if per_iteration else "count"
+    panels = _panels(frame) if not frame.empty else [("no transitions recorded", frame)]
+    fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.2), squeeze=False)
+    for ax, (label, group) in zip(axes[0], panels):
+        if not group.empty:
+            table = group.pivot_table(index="operation", columns="transition", values=value, aggfunc="sum",
+                                      fill_value=0)
+            table.plot.bar(ax=ax, rot=20, width=0.8)
+            ax.legend(title="transition", fontsize=8, title_fontsize=8)
+        ax.set_title(label, fontsize=9)
+        ax.set_ylabel("transitions per iteration" if per_iteration else "transitions (total)")
+        ax.set_xlabel("operation")
+    fig.suptitle(title or "Transitions between layers per operation", fontsize=10)
+    fig.tight_layout()
+    return fig

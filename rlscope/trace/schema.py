@@ -1,0 +1,59 @@
+"""The event schema of trace files (version 1).
+
+Every event is an interval on one thread, in nanoseconds of one clock (``time.perf_counter_ns``,
+CLOCK_MONOTONIC on Linux). In memory a row is nine int64s, in the order of ``ROW_FIELDS``;
+on disk the same columns are narrowed and ``name`` is dictionary-encoded.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import pyarrow as pa
+
+__all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE"]
+
+SCHEMA_VERSION = 1
+EVENTS_FILE = "events.arrows"
+META_FILE = "meta.json"
+
+
+class Kind(enum.IntEnum):
+    """What an interval is."""
+
+    OPERATION = 0  # a user's rlscope.operation(); name is the operation
+    PHASE = 1  # a phase of training (rlscope.set_phase); name is the phase
+    STEP = 2  # one iteration, from rlscope.step() to the next
+    CPU_CALL = 3  # Python calling into a native module; category says which kind
+    CUDA_API = 4  # a CUDA runtime/driver API call on the CPU
+    GPU_KERNEL = 5
+    GPU_MEMCPY = 6
+    GPU_MEMSET = 7
+
+
+class Category(enum.IntEnum):
+    """Which layer a CPU_CALL enters."""
+
+    NONE = 0
+    BACKEND = 1  # ML backend C/C++: torch._C, jaxlib, numpy, ...
+    SIMULATOR = 2  # simulator native code: mujoco, ale_py, rlscope._cartpole_cpu, ...
+
+
+ROW_FIELDS = ("kind", "category", "tid", "depth", "start_ns", "end_ns", "name", "correlation", "operation")
+
+EVENT_SCHEMA = pa.schema(
+    [
+        pa.field("kind", pa.int8()),
+        pa.field("category", pa.int8()),
+        pa.field("tid", pa.int64()),
+        pa.field("depth", pa.int16()),
+        pa.field("start_ns", pa.int64()),
+        pa.field("end_ns", pa.int64()),
+        pa.field("name", pa.dictionary(pa.int32(), pa.string())),
+        pa.field("correlation", pa.int64()),
+        # GPU events: name id of the operation that launched them (via CUPTI external
+        # correlation), -1 if none; other kinds: -1 (their operation follows from time).
+        pa.field("operation", pa.int32()),
+    ],
+    metadata={"rlscope.schema_version": str(SCHEMA_VERSION)},
+)
