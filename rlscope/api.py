@@ -109,12 +109,15 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     if directory is None:
         yield
         return
-    _session = _start(Path(directory), process, phase, transitions)
+    _session = session = _start(Path(directory), process, phase, transitions)
     try:
         yield
-    finally:
-        session, _session = _session, None
-        session.stop()
+    except BaseException:
+        _session = None
+        session.stop(check_nesting=False)  # the block's own error is the one to report
+        raise
+    _session = None
+    session.stop()
 
 
 def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None) -> Any:

@@ -36,6 +36,27 @@ def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.chdir(REPO)
 
 
+@pytest.fixture(autouse=True)
+def _no_profiler_left_behind():
+    """No session, profile function or sys.monitoring tool may survive a test."""
+    import sys
+
+    import rlscope.api
+
+    yield
+    leaks = []
+    if rlscope.api._session is not None:
+        leaks.append("an rlscope session is still active")
+        rlscope.api._session = None
+    if sys.getprofile() is not None:
+        leaks.append("a profile function is still installed")
+        sys.setprofile(None)
+    if hasattr(sys, "monitoring") and sys.monitoring.get_tool(sys.monitoring.PROFILER_ID) is not None:
+        leaks.append("sys.monitoring's profiler slot is still held")
+        sys.monitoring.free_tool_id(sys.monitoring.PROFILER_ID)
+    assert not leaks, "; ".join(leaks)
+
+
 @pytest.fixture
 def cli_env() -> dict[str, str]:
     return {**os.environ, "PYTHONPATH": str(REPO)}

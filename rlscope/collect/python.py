@@ -82,7 +82,10 @@ def _module_of(func: Any) -> str | None:
 
 
 def _name_of(func: Any) -> str:
-    return getattr(func, "__qualname__", None) or getattr(func, "__name__", None) or type(func).__name__
+    qualname = getattr(func, "__qualname__", None)
+    if qualname and "pybind11" not in qualname:  # pybind11 qualnames name its internals
+        return qualname
+    return getattr(func, "__name__", None) or type(func).__name__
 
 
 class TransitionCollector:

@@ -79,7 +79,7 @@ class Session:
             self._collector = TransitionCollector(self.writer)
             self._collector.start()
 
-    def stop(self) -> None:
+    def stop(self, check_nesting: bool = True) -> None:
         if not self.active:
             return
         end = time.perf_counter_ns()
@@ -94,7 +94,7 @@ class Session:
         self._meta.update(complete=True, end_ns=end, events=self.writer.events_written,
                           unclosed_operations={str(k): v for k, v in open_ops.items()})
         write_json_atomic(self.dir / META_FILE, self._meta)
-        if open_ops:
+        if open_ops and check_nesting:
             names = ", ".join(repr(n) for ops in open_ops.values() for n in ops)
             raise NestingError(f"profiling stopped while operation(s) {names} were still open; "
                                f"close every rlscope.operation() before leaving rlscope.profile()")

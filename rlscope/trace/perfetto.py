@@ -48,9 +48,16 @@ def _process_events(trace: ProcessTrace, base_ns: int) -> list[dict[str, Any]]:
     ts = (ev["start_ns"].to_numpy() - base_ns) / 1e3
     dur = np.maximum(ev["end_ns"].to_numpy() - ev["start_ns"].to_numpy(), 0) / 1e3
     tid_map: dict[int, int] = {}
+    iteration = 0
     for i, row in enumerate(ev.itertuples(index=False)):
         kind = int(row.kind)
-        if kind in (int(Kind.PHASE), int(Kind.STEP)):
+        if kind == int(Kind.PHASE):
+            continue
+        if kind == int(Kind.STEP):  # Kineto's iteration marker, so HTA can split by iteration
+            tid = tid_map.setdefault(int(row.tid), 1 if row.tid == main else len(tid_map) + 2)
+            out.append({"ph": "X", "cat": "user_annotation", "name": f"ProfilerStep#{iteration}", "pid": pid,
+                        "tid": tid, "ts": float(ts[i]), "dur": float(dur[i]), "args": {"phase": names[i]}})
+            iteration += 1
             continue
         if kind == int(Kind.CPU_CALL):
             cat = "cpu_op" if row.category == int(Category.BACKEND) else "python_function"

@@ -1,0 +1,92 @@
+"""The annotation API: nesting rules, no-op when off, phases and iterations, files written."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+import rlscope
+from rlscope.errors import NestingError
+from rlscope.trace import Kind, read_trace
+
+
+def ops_of(directory: Path) -> list[tuple[str, int]]:
+    (proc,) = read_trace(directory)
+    ev = proc.events[proc.events["kind"] == int(Kind.OPERATION)]
+    return sorted(zip(ev["name"].astype(str), ev["depth"].astype(int)))
+
+
+def test_operations_are_recorded_with_nesting_depth(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, process="p", transitions=False):
+        with rlscope.operation("outer"):
+            with rlscope.operation("inner"):
+                pass
+    assert ops_of(tmp_path) == [("inner", 1), ("outer", 0)]
+    (meta_path,) = tmp_path.glob("p.*/meta.json")
+    meta = json.loads(meta_path.read_text())
+    assert meta["complete"] and meta["process"] == "p" and meta["end_ns"] >= meta["start_ns"]
+
+
+def test_decorator_form(tmp_path: Path) -> None:
+    @rlscope.operation("work")
+    def work(x: int) -> int:
+        return x + 1
+
+    assert work(1) == 2  # profiling off: plain call
+    with rlscope.profile(tmp_path, transitions=False):
+        assert work(2) == 3
+    assert ops_of(tmp_path) == [("work", 0)]
+
+
+def test_disabled_calls_are_no_ops(tmp_path: Path) -> None:
+    assert not rlscope.enabled()
+    with rlscope.operation("x"):
+        rlscope.step()
+        rlscope.set_phase("p")
+    with rlscope.profile():  # no directory and no `rlscope prof`: nothing is recorded
+        assert not rlscope.enabled()
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_crossed_nesting_names_both_operations(tmp_path: Path) -> None:
+    with pytest.raises(NestingError, match="'a' ended while 'b'"):
+        with rlscope.profile(tmp_path, transitions=False):
+            a, b = rlscope.operation("a"), rlscope.operation("b")
+            a.__enter__()
+            b.__enter__()
+            a.__exit__(None, None, None)
+
+
+def test_unclosed_operation_is_reported_at_the_end(tmp_path: Path) -> None:
+    with pytest.raises(NestingError, match="'left-open' were still open"):
+        with rlscope.profile(tmp_path, transitions=False):
+            rlscope.operation("left-open").__enter__()
+    (meta_path,) = tmp_path.glob("*/meta.json")
+    assert json.loads(meta_path.read_text())["complete"], "the trace is still closed and readable"
+
+
+def test_phases_and_steps(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, phase="collect", transitions=False):
+        for _ in range(3):
+            rlscope.step()
+        rlscope.set_phase("train")
+        for _ in range(2):
+            rlscope.step()
+    (proc,) = read_trace(tmp_path)
+    ev = proc.events
+    phases = ev[ev["kind"] == int(Kind.PHASE)]["name"].astype(str).tolist()
+    steps = ev[ev["kind"] == int(Kind.STEP)]["name"].astype(str).tolist()
+    assert phases == ["collect", "train"]
+    assert steps == ["collect"] * 3 + ["train"] * 2
+
+
+def test_nested_profile_only_renames(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, process="outer", transitions=False):
+        with rlscope.profile(tmp_path / "ignored", process="renamed", phase="p2"):
+            with rlscope.operation("x"):
+                pass
+    assert not (tmp_path / "ignored").exists()
+    (proc,) = read_trace(tmp_path)
+    assert proc.meta["process"] == "outer"  # the directory was named at start

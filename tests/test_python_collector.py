@@ -1,0 +1,98 @@
+"""Python -> native call interception: what counts as a target, and real calls recorded."""
+
+from __future__ import annotations
+
+import math
+import sys
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+import rlscope
+from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, _is_native, classify_module
+from rlscope.errors import RlscopeError
+from rlscope.trace import Category, Kind, read_trace
+
+
+def test_module_prefixes_match_on_dotted_boundaries() -> None:
+    assert classify_module("torch._C._nn", DEFAULT_TARGETS) == Category.BACKEND
+    assert classify_module("numpy", DEFAULT_TARGETS) == Category.BACKEND
+    assert classify_module("torchvision_like", DEFAULT_TARGETS) is None
+    assert classify_module("rlscope._cartpole_cpu", DEFAULT_TARGETS) == Category.SIMULATOR
+    assert classify_module("rlscope.api", DEFAULT_TARGETS) is None
+
+
+def test_only_native_callables_are_targets() -> None:
+    assert _is_native(np.cos) and _is_native(torch.tanh) and _is_native(math.sqrt)
+    assert _is_native(torch.Tensor.argmax)  # a method descriptor of a C type
+    assert not _is_native(torch.nn.Linear(2, 2))  # a Python class instance with a Python __call__
+    assert not _is_native(lambda: None) and not _is_native(torch.nn.Linear)
+
+
+def calls(directory: Path) -> dict[str, int]:
+    (proc,) = read_trace(directory)
+    ev = proc.events[proc.events["kind"] == int(Kind.CPU_CALL)]
+    return {f"{Category(c).name}:{n}": int(k) for (c, n), k in ev.groupby(["category", "name"], observed=True).size().items()}
+
+
+def test_records_backend_and_simulator_calls(tmp_path: Path) -> None:
+    from rlscope import _cartpole_cpu
+
+    env = _cartpole_cpu.CartPoleF32(4, 1, 0)
+    layer = torch.nn.Linear(4, 2)
+    x = torch.zeros(4)
+    with rlscope.profile(tmp_path):
+        for _ in range(5):
+            with rlscope.operation("inference"):
+                layer(x).argmax()
+            with rlscope.operation("simulation"):
+                env.step(np.zeros(4, dtype=np.int64))
+            math.sqrt(2.0)  # builtins: not a target
+    got = calls(tmp_path)
+    assert [v for k, v in got.items() if k.startswith("BACKEND:") and k.endswith(".argmax")] == [5]
+    assert got.get("BACKEND:linear") == 5
+    simulator = sum(v for k, v in got.items() if k.startswith("SIMULATOR:"))
+    # sys.setprofile (3.11) reports only PyCFunction calls, not nanobind functions or ufuncs.
+    assert simulator == (5 if hasattr(sys, "monitoring") else 0)
+    assert not any("sqrt" in k for k in got)
+
+
+def test_exceptions_in_native_calls_close_the_interval(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path):
+        with rlscope.operation("bad"):
+            for _ in range(3):
+                with pytest.raises(ValueError):
+                    np.zeros(-1)
+    assert calls(tmp_path) == {"BACKEND:zeros": 3}
+
+
+def test_second_session_sees_call_sites_again(tmp_path: Path) -> None:
+    def work() -> None:
+        np.ones(2).sum()
+
+    for i in range(2):
+        with rlscope.profile(tmp_path / str(i)):
+            work()
+    assert calls(tmp_path / "0") == calls(tmp_path / "1")
+
+
+def test_refuses_to_displace_another_profiler(tmp_path: Path) -> None:
+    from rlscope.trace import TraceWriter
+
+    collector = TransitionCollector(TraceWriter(tmp_path / "e.arrows"))
+    if hasattr(sys, "monitoring"):
+        sys.monitoring.use_tool_id(sys.monitoring.PROFILER_ID, "other-tool")
+        try:
+            with pytest.raises(RlscopeError, match="held by 'other-tool'"):
+                collector.start()
+        finally:
+            sys.monitoring.free_tool_id(sys.monitoring.PROFILER_ID)
+    else:
+        sys.setprofile(lambda *a: None)
+        try:
+            with pytest.raises(RlscopeError, match="another profiler is installed"):
+                collector.start()
+        finally:
+            sys.setprofile(None)

@@ -1,0 +1,70 @@
+"""Trace files: round trip, bounded chunks, crash-truncated files, version checks."""
+
+from __future__ import annotations
+
+import json
+import warnings
+from pathlib import Path
+
+import pytest
+
+from rlscope.errors import TraceError
+from rlscope.trace import SCHEMA_VERSION, TraceWarning, TraceWriter, read_process, read_trace
+
+
+def write(directory: Path, n: int, chunk: int, complete: bool = True) -> None:
+    directory.mkdir(parents=True, exist_ok=True)
+    writer = TraceWriter(directory / "events.arrows", chunk_events=chunk)
+    for i in range(n):
+        writer.record(0, i, i + 1, f"op{i % 5}")
+        assert len(writer.rows) < chunk * 9, "the buffer never holds more than one chunk"
+    writer.close()
+    meta = {"schema_version": SCHEMA_VERSION, "process": "p", "pid": 1, "start_ns": 0, "end_ns": n,
+            "complete": complete, "main_tid": 0}
+    (directory / "meta.json").write_text(json.dumps(meta))
+
+
+def test_round_trip_keeps_names_across_chunks(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 1000, chunk=64)
+    trace = read_process(tmp_path / "p.1")
+    assert len(trace.events) == 1000
+    assert trace.events["name"].astype(str).tolist()[:6] == ["op0", "op1", "op2", "op3", "op4", "op0"]
+    assert (trace.events["end_ns"] - trace.events["start_ns"] == 1).all()
+
+
+def test_torn_last_chunk_is_dropped_with_a_warning(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 1000, chunk=100)
+    events = tmp_path / "p.1" / "events.arrows"
+    events.write_bytes(events.read_bytes()[:-50])
+    with pytest.warns(TraceWarning, match="torn chunk after 9 complete"):
+        trace = read_process(tmp_path / "p.1")
+    assert len(trace.events) == 900
+
+
+def test_crashed_process_is_read_with_a_warning(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 10, chunk=4, complete=False)
+    with pytest.warns(TraceWarning, match="did not finish profiling"):
+        assert len(read_process(tmp_path / "p.1").events) == 10
+
+
+def test_other_schema_version_is_refused(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 3, chunk=4)
+    meta = json.loads((tmp_path / "p.1" / "meta.json").read_text())
+    meta["schema_version"] = 99
+    (tmp_path / "p.1" / "meta.json").write_text(json.dumps(meta))
+    with pytest.raises(TraceError, match="schema version 99"):
+        read_process(tmp_path / "p.1")
+
+
+def test_missing_or_empty_trace_directory(tmp_path: Path) -> None:
+    with pytest.raises(TraceError, match="no such trace directory"):
+        read_trace(tmp_path / "absent")
+    with pytest.raises(TraceError, match="holds no process traces"):
+        read_trace(tmp_path)
+
+
+def test_empty_events_file_reads_as_no_events(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 0, chunk=4)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_process(tmp_path / "p.1").events.empty
