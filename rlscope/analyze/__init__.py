@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlscope.analyze.overlap import breakdown, transitions
+from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.harness.files import write_atomic
 from rlscope.trace.reader import read_trace
 
@@ -18,10 +18,10 @@ ANALYSIS_DIR = "analysis"
 
 def analyze_trace(directory: Path) -> dict[str, pd.DataFrame]:
     """Breakdown and transition tables over every process of the trace at ``directory``."""
-    processes = read_trace(directory)
+    tables = [analyze_process(p) for p in read_trace(directory)]
     return {
-        "breakdown": pd.concat([breakdown(p) for p in processes], ignore_index=True),
-        "transitions": pd.concat([transitions(p) for p in processes], ignore_index=True),
+        "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
+        "transitions": pd.concat([t for _, t in tables], ignore_index=True),
     }
 
 

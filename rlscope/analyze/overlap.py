@@ -20,7 +20,7 @@ import pandas as pd
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import Category, Kind
 
-__all__ = ["CPU_LAYERS", "UNANNOTATED", "breakdown", "transitions", "ThreadSweep", "sweep_thread"]
+__all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "breakdown", "transitions", "ThreadSweep", "sweep_thread"]
 
 CPU_LAYERS = ("Python", "Backend", "Simulator", "CUDA API", "none")
 _PYTHON, _BACKEND, _SIMULATOR, _CUDA_API, _NO_CPU = range(5)
@@ -28,28 +28,69 @@ UNANNOTATED = "(unannotated)"
 _GPU_KINDS = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))
 
 
-def _paint(nseg: int, lo: np.ndarray, hi: np.ndarray, value: np.ndarray, depth: np.ndarray) -> np.ndarray:
-    """Per segment, the value of the deepest interval covering it (-1 if none).
+def _paint(nseg: int, lo: np.ndarray, hi: np.ndarray, value: np.ndarray, depth: np.ndarray,
+           base: int) -> np.ndarray:
+    """Per segment, the value of the deepest interval covering it, ``base`` where none does.
 
-    Intervals of one depth must be disjoint, which nesting guarantees. ``lo``/``hi`` are
-    segment indices: interval k covers segments lo[k] .. hi[k]-1.
+    Interval k covers segments lo[k] .. hi[k]-1. Intervals of one depth are disjoint (nesting
+    guarantees it) and every endpoint has its own position in the sweep's order, so marks are
+    assigned, not accumulated: one scatter and one cumulative sum per nesting level.
     """
-    out = np.full(nseg, -1, dtype=np.int64)
-    for d in np.unique(depth):
-        m = depth == d
-        weight = value[m].astype(np.float64) + 1.0
-        delta = np.bincount(lo[m], weights=weight, minlength=nseg + 1)
-        delta -= np.bincount(hi[m], weights=weight, minlength=nseg + 1)
-        painted = np.rint(np.cumsum(delta[:nseg])).astype(np.int64)
-        covered = painted > 0
-        out[covered] = painted[covered] - 1
+    if len(depth) == 0:
+        return np.full(nseg, base, dtype=np.int32)
+    low, high = int(depth.min()), int(depth.max())
+    out = None
+    for d in range(low, high + 1):
+        m = depth == d if high > low else slice(None)
+        delta = np.zeros(nseg + 1, dtype=np.int32)  # name codes: int32 halves the memory traffic
+        delta[lo[m]] = value[m] - base
+        delta[hi[m]] = base - value[m]
+        painted = np.cumsum(delta[:nseg], dtype=np.int32)
+        if out is None:
+            painted += base
+            out = painted
+        else:
+            covered = painted != 0
+            out[covered] = painted[covered] + base
     return out
 
 
 def _covered(nseg: int, lo: np.ndarray, hi: np.ndarray) -> np.ndarray:
     """Per segment, whether any interval (overlapping ones allowed) covers it."""
-    delta = np.bincount(lo, minlength=nseg + 1) - np.bincount(hi, minlength=nseg + 1)
-    return np.cumsum(delta[:nseg]) > 0
+    delta = np.zeros(nseg + 1, dtype=np.int32)
+    delta[lo] = 1
+    delta[hi] = -1
+    return np.cumsum(delta[:nseg], dtype=np.int32) > 0
+
+
+@dataclasses.dataclass(frozen=True)
+class _Events:
+    """The columns of one process (or thread) as NumPy arrays; ``name`` as integer codes."""
+
+    kind: np.ndarray
+    category: np.ndarray
+    tid: np.ndarray
+    depth: np.ndarray
+    start: np.ndarray
+    end: np.ndarray
+    name: np.ndarray
+    operation: np.ndarray
+
+    @classmethod
+    def of(cls, trace: ProcessTrace) -> tuple[_Events, list[str]]:
+        ev = trace.events
+        if ev.empty:
+            empty = np.zeros(0, dtype=np.int64)
+            return cls(*(empty,) * 8), []
+        # The writer's name dictionary only grows, so categorical codes equal its symbol ids:
+        # the ``operation`` column of GPU events (a symbol id) indexes the same names.
+        names = list(ev["name"].cat.categories)
+        return cls(ev["kind"].to_numpy(), ev["category"].to_numpy(), ev["tid"].to_numpy(),
+                   ev["depth"].to_numpy(), ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy(),
+                   ev["name"].cat.codes.to_numpy().astype(np.int32), ev["operation"].to_numpy()), names
+
+    def select(self, mask: np.ndarray) -> _Events:
+        return _Events(*(getattr(self, f.name)[mask] for f in dataclasses.fields(self)))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,68 +98,160 @@ class ThreadSweep:
     """The per-segment state of one thread's timeline (inputs to breakdown and transitions)."""
 
     bounds: np.ndarray  # segment boundaries, ns (len = segments + 1)
-    op: np.ndarray  # innermost operation name code per segment, -1 = none
+    op: np.ndarray  # innermost operation's dense index per segment (the last index outside operations)
     cpu: np.ndarray  # CPU layer index per segment
-    phase: np.ndarray  # phase name code per segment, -1 = none
-    gpu_ops: dict[int, np.ndarray]  # operation code -> segments where its GPU work runs
-
-    def segment_of(self, t: np.ndarray) -> np.ndarray:
-        return np.clip(np.searchsorted(self.bounds, t, side="right") - 1, 0, len(self.bounds) - 2)
+    phase: np.ndarray  # phase dense index per segment (the last index outside phases)
+    gpu_ops: dict[int, np.ndarray]  # operation index -> segments where its GPU work runs
+    lo: np.ndarray  # per event: index of the segment it starts in
 
 
-def sweep_thread(ev: pd.DataFrame, phases: pd.DataFrame, start_ns: int, end_ns: int) -> ThreadSweep:
-    """Cut one thread's events (``ev``; name as integer codes) into segments and label them."""
-    kind = ev["kind"].to_numpy()
-    starts = np.clip(ev["start_ns"].to_numpy(), start_ns, end_ns)
-    ends = np.clip(ev["end_ns"].to_numpy(), start_ns, end_ns)
-    p_starts = np.clip(phases["start_ns"].to_numpy(), start_ns, end_ns)
-    p_ends = np.clip(phases["end_ns"].to_numpy(), start_ns, end_ns)
-    bounds = np.concatenate(([start_ns, end_ns], starts, ends, p_starts, p_ends))
-    bounds.sort(kind="stable")  # near-sorted input: timsort is close to linear
-    bounds = bounds[np.concatenate(([True], bounds[1:] != bounds[:-1]))]
+
+def sweep_thread(ev: _Events, phases: _Events, start_ns: int, end_ns: int, op_index: np.ndarray,
+                 phase_index: np.ndarray) -> ThreadSweep:
+    """Cut one thread's events into elementary segments and label each segment.
+
+    Every endpoint gets its own position in one sorted order (key ``2 * t + is_start``: at
+    equal times ends come first, so adjacent intervals never overlap), and segments run
+    between consecutive positions; duplicates make zero-length segments, which weigh nothing.
+    ``op_index`` / ``phase_index`` map name codes (and -1, their last entry) to dense indices,
+    the last dense index meaning "none".
+    """
+    starts, ends = ev.start, ev.end
+    if len(starts) and (starts.min() < start_ns or ends.max() > end_ns):
+        starts, ends = np.clip(starts, start_ns, end_ns), np.clip(ends, start_ns, end_ns)
+    n, n_ph = len(starts), len(phases.start)
+    keys = np.concatenate((starts * 2 + 1, ends * 2, phases.start * 2 + 1, phases.end * 2,
+                           [start_ns * 2, end_ns * 2 + 1]))
+    order = np.argsort(keys, kind="stable")  # runs of sorted times: timsort is near-linear
+    pos = np.empty_like(order)
+    pos[order] = np.arange(len(order))
+    bounds = keys[order] >> 1
     nseg = len(bounds) - 1
-    lo = np.searchsorted(bounds, starts)
-    hi = np.searchsorted(bounds, ends)
-    name = ev["name"].to_numpy()
-    depth = ev["depth"].to_numpy()
+    lo, hi = pos[:n], pos[n:2 * n]
+    plo, phi = pos[2 * n:2 * n + n_ph], pos[2 * n + n_ph:2 * n + 2 * n_ph]
 
-    is_op = kind == int(Kind.OPERATION)
-    op = _paint(nseg, lo[is_op], hi[is_op], name[is_op], depth[is_op])
+    is_op = ev.kind == int(Kind.OPERATION)
+    op = _paint(nseg, lo[is_op], hi[is_op], op_index[ev.name[is_op]], ev.depth[is_op], int(op_index[-1]))
+    # CPU layer indices equal Category values (Python 0, Backend 1, Simulator 2).
+    is_call = ev.kind == int(Kind.CPU_CALL)
+    cpu = _paint(nseg, lo[is_call], hi[is_call], ev.category[is_call], ev.depth[is_call],
+                 _PYTHON)
+    is_api = ev.kind == int(Kind.CUDA_API)
+    if is_api.any():
+        cpu[_covered(nseg, lo[is_api], hi[is_api])] = _CUDA_API
+    phase = _paint(nseg, plo, phi, phase_index[phases.name], np.zeros(n_ph, dtype=np.int16), int(phase_index[-1]))
 
-    cpu = np.full(nseg, _PYTHON, dtype=np.int64)
-    is_call = kind == int(Kind.CPU_CALL)
-    category = ev["category"].to_numpy()
-    call_cat = _paint(nseg, lo[is_call], hi[is_call], category[is_call], depth[is_call])
-    cpu[call_cat == int(Category.BACKEND)] = _BACKEND
-    cpu[call_cat == int(Category.SIMULATOR)] = _SIMULATOR
-    is_api = kind == int(Kind.CUDA_API)
-    cpu[_covered(nseg, lo[is_api], hi[is_api])] = _CUDA_API
-
-    plo, phi = np.searchsorted(bounds, p_starts), np.searchsorted(bounds, p_ends)
-    phase = _paint(nseg, plo, phi, phases["name"].to_numpy(), np.zeros(len(phases), dtype=np.int64))
-
-    is_gpu = np.isin(kind, _GPU_KINDS)
-    gpu_op = ev["operation"].to_numpy()
-    gpu_ops = {int(o): _covered(nseg, lo[is_gpu & (gpu_op == o)], hi[is_gpu & (gpu_op == o)])
-               for o in np.unique(gpu_op[is_gpu])}
-    return ThreadSweep(bounds, op, cpu, phase, gpu_ops)
+    is_gpu = np.isin(ev.kind, _GPU_KINDS)
+    gpu_ops = {int(op_index[o]): _covered(nseg, lo[is_gpu & (ev.operation == o)], hi[is_gpu & (ev.operation == o)])
+               for o in np.unique(ev.operation[is_gpu])}
+    return ThreadSweep(bounds, op, cpu, phase, gpu_ops, lo)
 
 
-def _codes(trace: ProcessTrace) -> tuple[pd.DataFrame, list[str]]:
-    events = trace.events.copy()
-    names = list(events["name"].cat.categories) if len(events) else []
-    # The writer's name dictionary only grows, so categorical codes equal its symbol ids: the
-    # ``operation`` column of GPU events (a symbol id) indexes ``names`` too.
-    events["name"] = events["name"].cat.codes.astype(np.int64) if len(events) else events["name"]
-    return events, names
+_TRANSITIONS = {
+    "Python->Backend": (int(Kind.CPU_CALL), int(Category.BACKEND)),
+    "Python->Simulator": (int(Kind.CPU_CALL), int(Category.SIMULATOR)),
+    "Backend->CUDA": (int(Kind.CUDA_API), None),
+    "GPU kernels": (int(Kind.GPU_KERNEL), None),
+}
 
 
-def _process_frames(trace: ProcessTrace) -> tuple[pd.DataFrame, list[str], pd.DataFrame, int, int]:
-    events, names = _codes(trace)
+def _dense(codes: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
+    """Name codes used -> dense indices; returns (index of length n_names + 1, codes used)."""
+    used = np.unique(codes[codes >= 0])
+    index = np.full(n_names + 1, len(used), dtype=np.int32)  # the last entry serves code -1
+    index[used] = np.arange(len(used), dtype=np.int32)
+    return index, used
+
+
+def analyze_process(trace: ProcessTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """Both tables of one process from one sweep per thread: (breakdown, transitions)."""
+    events, names = _Events.of(trace)
     start = int(trace.meta["start_ns"])
-    end = int(trace.meta.get("end_ns") or (events["end_ns"].max() if len(events) else start))
-    phases = events[events["kind"] == int(Kind.PHASE)]
-    return events, names, phases, start, end
+    end = int(trace.meta.get("end_ns") or (events.end.max() if len(events.end) else start))
+    main = trace.meta.get("main_tid")
+    is_phase = events.kind == int(Kind.PHASE)
+    is_step = events.kind == int(Kind.STEP)
+    is_gpu = np.isin(events.kind, _GPU_KINDS)
+    phases = events.select(is_phase)
+    op_index, op_codes = _dense(np.concatenate((events.name[events.kind == int(Kind.OPERATION)],
+                                                events.operation[is_gpu])), len(names))
+    phase_index, phase_codes = _dense(np.concatenate((phases.name, events.name[is_step])), len(names))
+    op_labels = [names[c] for c in op_codes] + [UNANNOTATED]
+    phase_labels = [names[c] for c in phase_codes] + [UNANNOTATED]
+    iterations = np.bincount(phase_index[events.name[is_step]], minlength=len(phase_labels))
+    # Phase and step events stay in the timeline: their endpoints only add empty boundaries.
+    tids = np.unique(events.tid) if len(events.tid) and events.tid.min() != events.tid.max() else events.tid[:1]
+    threads = [main] + sorted(set(tids.tolist()) - {main, 0})
+    b_rows: list[tuple] = []
+    t_rows: list[tuple] = []
+    for tid in threads:
+        ev = events if len(threads) == 1 else events.select(events.tid == tid)
+        if tid != main and not (ev.kind == int(Kind.OPERATION)).any():
+            continue
+        sw = sweep_thread(ev, phases, start, end, op_index, phase_index)
+        thread = "main" if tid == main else str(tid)
+        b_rows += _breakdown_rows(sw, op_labels, phase_labels, drop_unannotated=tid != main,
+                                  process=trace.process, thread=thread)
+        t_rows += _transition_rows(sw, ev, op_index, op_labels, phase_labels, iterations, trace.process, thread)
+    frame = pd.DataFrame(b_rows, columns=["process", "thread", "phase", "operation", "cpu", "gpu", "resources",
+                                          "time_ns"])
+    frame["time_s"] = frame["time_ns"] / 1e9
+    counts = pd.DataFrame(t_rows, columns=["process", "thread", "phase", "operation", "transition", "count",
+                                           "iterations", "per_iteration"])
+    return frame, counts
+
+
+def _breakdown_rows(sw: ThreadSweep, op_labels: list[str], phase_labels: list[str], drop_unannotated: bool,
+                    process: str, thread: str) -> list[tuple]:
+    n_ops, n_cpu, none = len(op_labels), len(CPU_LAYERS), len(op_labels) - 1
+    dt = np.diff(sw.bounds)
+    op, phase = sw.op.astype(np.int64), sw.phase.astype(np.int64)
+    if drop_unannotated:  # other threads: only what their operations cover
+        dt[op == none] = 0
+    own_gpu = np.zeros(len(dt), dtype=np.int64)
+    keys, weights = [], []
+    for o, cov in sw.gpu_ops.items():
+        own_gpu |= cov & (op == o)
+        foreign = cov & (op != o)
+        keys.append(((phase[foreign] * n_ops + o) * n_cpu + _NO_CPU) * 2 + 1)
+        weights.append(np.diff(sw.bounds)[foreign])
+    keys.insert(0, ((phase * n_ops + op) * n_cpu + sw.cpu) * 2 + own_gpu)
+    weights.insert(0, dt)
+    # Exact in float64: every partial sum is an integer number of ns far below 2**53.
+    sums = np.bincount(np.concatenate(keys), weights=np.concatenate(weights).astype(np.float64))
+    rows = []
+    for k in np.flatnonzero(sums):
+        gpu = bool(k % 2)
+        cpu_i = (k // 2) % n_cpu
+        op_i = (k // 2 // n_cpu) % n_ops
+        ph_i = k // 2 // n_cpu // n_ops
+        cpu_name = CPU_LAYERS[cpu_i]
+        resources = "+".join(([cpu_name] if cpu_i != _NO_CPU else []) + (["GPU"] if gpu else []))
+        rows.append((process, thread, phase_labels[ph_i], op_labels[op_i], cpu_name, gpu, resources,
+                     int(round(sums[k]))))
+    return rows
+
+
+def _transition_rows(sw: ThreadSweep, ev: _Events, op_index: np.ndarray, op_labels: list[str],
+                     phase_labels: list[str], iterations: np.ndarray, process: str, thread: str) -> list[tuple]:
+    rows = []
+    n_ops = len(op_labels)
+    for transition, (kind, category) in _TRANSITIONS.items():
+        mask = ev.kind == kind
+        if category is not None:
+            mask &= ev.category == category
+        if not mask.any():
+            continue
+        seg = np.minimum(sw.lo[mask], len(sw.op) - 1)
+        op = op_index[ev.operation[mask]] if kind == int(Kind.GPU_KERNEL) else sw.op[seg]
+        counts = np.bincount(sw.phase[seg].astype(np.int64) * n_ops + op)
+        for k in np.flatnonzero(counts):
+            ph_i, op_i = divmod(int(k), n_ops)
+            n_it = int(iterations[ph_i])
+            count = int(counts[k])
+            rows.append((process, thread, phase_labels[ph_i], op_labels[op_i], transition, count, n_it,
+                         count / n_it if n_it else float("nan")))
+    return rows
 
 
 def breakdown(trace: ProcessTrace) -> pd.DataFrame:
@@ -132,47 +265,7 @@ def breakdown(trace: ProcessTrace) -> pd.DataFrame:
         train[4242]  main   default  inference  Backend  False Backend      812345
         train[4242]  main   default  inference  Python   False Python       402100
     """
-    events, names, phases, start, end = _process_frames(trace)
-    main = trace.meta.get("main_tid")
-    label = names + [UNANNOTATED]
-    rows = []
-    for tid in [main] + sorted(set(events["tid"].unique()) - {main, 0}):
-        ev = events[(events["tid"] == tid) & (events["kind"] != int(Kind.PHASE)) & (events["kind"] != int(Kind.STEP))]
-        if tid != main and not (ev["kind"] == int(Kind.OPERATION)).any():
-            continue
-        sw = sweep_thread(ev, phases, start, end)
-        dt = np.diff(sw.bounds)
-        op = np.where(sw.op < 0, len(names), sw.op)
-        if tid != main:  # other threads: only what their operations cover
-            dt = np.where(sw.op < 0, 0, dt)
-        phase = np.where(sw.phase < 0, len(names), sw.phase)
-        own_gpu = np.zeros(len(dt), dtype=bool)
-        for o, cov in sw.gpu_ops.items():
-            own_gpu |= cov & (op == (o if o >= 0 else len(names)))
-        n_ops, n_cpu = len(label), len(CPU_LAYERS)
-        key = ((phase * n_ops + op) * n_cpu + sw.cpu) * 2 + own_gpu
-        extra_keys, extra_dt = [], []
-        for o, cov in sw.gpu_ops.items():
-            oo = o if o >= 0 else len(names)
-            foreign = cov & (op != oo)
-            extra_keys.append(((phase[foreign] * n_ops + oo) * n_cpu + _NO_CPU) * 2 + 1)
-            extra_dt.append(np.diff(sw.bounds)[foreign])
-        all_keys = np.concatenate([key, *extra_keys])
-        all_dt = np.concatenate([dt, *extra_dt])
-        sums = np.bincount(all_keys, weights=all_dt.astype(np.float64))
-        for k in np.flatnonzero(sums):
-            gpu = bool(k % 2)
-            cpu_i = (k // 2) % n_cpu
-            op_i = (k // 2 // n_cpu) % n_ops
-            ph_i = k // 2 // n_cpu // n_ops
-            cpu_name = CPU_LAYERS[cpu_i]
-            resources = "+".join(([cpu_name] if cpu_i != _NO_CPU else []) + (["GPU"] if gpu else []))
-            rows.append((trace.process, "main" if tid == main else str(tid), label[ph_i], label[op_i], cpu_name,
-                         gpu, resources, int(round(sums[k]))))
-    frame = pd.DataFrame(rows, columns=["process", "thread", "phase", "operation", "cpu", "gpu", "resources",
-                                        "time_ns"])
-    frame["time_s"] = frame["time_ns"] / 1e9
-    return frame
+    return analyze_process(trace)[0]
 
 
 def transitions(trace: ProcessTrace) -> pd.DataFrame:
@@ -180,40 +273,7 @@ def transitions(trace: ProcessTrace) -> pd.DataFrame:
 
     Columns: ``process, thread, phase, operation, transition, count, iterations, per_iteration``
     with transition one of ``Python->Backend``, ``Python->Simulator``, ``Backend->CUDA``
-    (CUDA API calls) and ``GPU kernels``. Iterations are the ``rlscope.step()`` intervals of
-    the phase.
+    (CUDA API calls) and ``GPU kernels``. A transition belongs to the operation innermost at
+    its start; iterations are the ``rlscope.step()`` intervals of the phase.
     """
-    events, names, phases, start, end = _process_frames(trace)
-    main = trace.meta.get("main_tid")
-    label = names + [UNANNOTATED]
-    steps = events[events["kind"] == int(Kind.STEP)]
-    iterations = steps.groupby("name").size().to_dict()
-    kinds = {
-        "Python->Backend": (events["kind"] == int(Kind.CPU_CALL)) & (events["category"] == int(Category.BACKEND)),
-        "Python->Simulator": (events["kind"] == int(Kind.CPU_CALL)) & (events["category"] == int(Category.SIMULATOR)),
-        "Backend->CUDA": events["kind"] == int(Kind.CUDA_API),
-        "GPU kernels": events["kind"] == int(Kind.GPU_KERNEL),
-    }
-    rows = []
-    for tid in [main] + sorted(set(events["tid"].unique()) - {main, 0}):
-        ev = events[(events["tid"] == tid) & (events["kind"] != int(Kind.PHASE)) & (events["kind"] != int(Kind.STEP))]
-        sw = sweep_thread(ev, phases, start, end)
-        for transition, mask in kinds.items():
-            sel = ev[mask[ev.index]]
-            if sel.empty:
-                continue
-            if transition == "GPU kernels":
-                op = sel["operation"].to_numpy().astype(np.int64)
-                seg = sw.segment_of(sel["start_ns"].to_numpy())
-            else:
-                seg = sw.segment_of(sel["start_ns"].to_numpy())
-                op = sw.op[seg]
-            op = np.where(op < 0, len(names), op)
-            phase = np.where(sw.phase[seg] < 0, len(names), sw.phase[seg])
-            counts = pd.Series(1, index=pd.MultiIndex.from_arrays([phase, op])).groupby(level=[0, 1]).sum()
-            for (ph_i, op_i), count in counts.items():
-                n_it = iterations.get(ph_i, 0)
-                rows.append((trace.process, "main" if tid == main else str(tid), label[ph_i], label[op_i],
-                             transition, int(count), n_it, count / n_it if n_it else float("nan")))
-    return pd.DataFrame(rows, columns=["process", "thread", "phase", "operation", "transition", "count",
-                                       "iterations", "per_iteration"])
+    return analyze_process(trace)[1]

@@ -1,0 +1,51 @@
+"""Analysis throughput: events analysed per second on synthetic traces of 1M and 10M events.
+
+    python bench/analysis_throughput.py [--events 1000000 10000000] [--repeat 3]
+
+Prints, per size, the best of ``--repeat`` runs of read + breakdown + transitions, and of the
+sweep alone (both tables, from one sweep, on an already-read trace).
+"""
+
+from __future__ import annotations
+
+import argparse
+import platform
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from synthetic_trace import write_synthetic  # noqa: E402
+
+from rlscope.analyze.overlap import analyze_process  # noqa: E402
+from rlscope.trace.reader import read_trace  # noqa: E402
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--events", type=int, nargs="+", default=[1_000_000, 10_000_000])
+    parser.add_argument("--repeat", type=int, default=3)
+    args = parser.parse_args()
+    print(f"python {platform.python_version()} on {platform.machine()}, {platform.processor() or 'cpu'}")
+    print(f"{'events':>12} {'read+analyze s':>15} {'events/s':>12} {'analyze-only s':>15} {'events/s':>12}")
+    for n in args.events:
+        with tempfile.TemporaryDirectory() as tmp:
+            write_synthetic(Path(tmp), n)
+            full, sweep = [], []
+            for _ in range(args.repeat):
+                t0 = time.perf_counter()
+                (proc,) = read_trace(tmp)
+                t1 = time.perf_counter()
+                analyze_process(proc)
+                t2 = time.perf_counter()
+                full.append(t2 - t0)
+                sweep.append(t2 - t1)
+            events = len(proc.events)
+            print(f"{events:>12,} {min(full):>15.2f} {events / min(full):>12,.0f} {min(sweep):>15.2f} "
+                  f"{events / min(sweep):>12,.0f}", flush=True)
+
+
+if __name__ == "__main__":
+    main()
