@@ -35,21 +35,21 @@ F = TypeVar("F", bound=Callable[..., Any])
 _session: Any = None  # rlscope.collect.session.Session while profiling, else None
 
 
-class operation:  # noqa: N801 - used like a function: `with rlscope.operation("inference"):`
-    """Charge the time inside to the operation ``name`` (a context manager and a decorator)."""
+class _Operation:
+    """A named operation: a context manager and a decorator (made by :func:`operation`)."""
 
     __slots__ = ("name",)
 
     def __init__(self, name: str) -> None:
         self.name = name
 
-    def __enter__(self) -> operation:
+    def __enter__(self) -> _Operation:
         session = _session
         if session is not None:
             session.enter(self.name)
         return self
 
-    def __exit__(self, *exc: object) -> None:
+    def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         session = _session
         if session is not None:
             session.exit(self.name)
@@ -69,6 +69,25 @@ class operation:  # noqa: N801 - used like a function: `with rlscope.operation("
                 session.exit(name)
 
         return wrapper  # type: ignore[return-value]
+
+
+_operations: dict[str, _Operation] = {}
+_MAX_CACHED_NAMES = 4096
+
+
+def operation(name: str) -> _Operation:
+    """Charge the time inside to the operation ``name``: ``with rlscope.operation("inference"):``
+    or ``@rlscope.operation("inference")``.
+
+    Objects are reused per name (they hold nothing but the name), so an annotation costs no
+    allocation; that keeps it cheap enough to leave in code that runs unprofiled.
+    """
+    op = _operations.get(name)
+    if op is None:
+        op = _Operation(name)
+        if len(_operations) < _MAX_CACHED_NAMES:
+            _operations[name] = op
+    return op
 
 
 def set_phase(name: str) -> None:

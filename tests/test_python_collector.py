@@ -96,3 +96,37 @@ def test_refuses_to_displace_another_profiler(tmp_path: Path) -> None:
                 collector.start()
         finally:
             sys.setprofile(None)
+
+
+def test_native_and_python_collectors_agree(tmp_path: Path) -> None:
+    from rlscope.trace import TraceWriter
+    from rlscope.trace.reader import read_process
+
+    layer = torch.nn.Linear(4, 2)
+    x = torch.zeros(4)
+
+    def workload() -> None:
+        for _ in range(20):
+            layer(x).argmax()
+            np.zeros(3).sum()
+            with pytest.raises(ValueError):
+                np.zeros(-1)
+
+    counts = []
+    for native in (True, False):
+        directory = tmp_path / str(native)
+        directory.mkdir()
+        writer = TraceWriter(directory / "events.arrows", chunk_events=16)  # small: exercises mid-run flushes
+        collector = TransitionCollector(writer, native=native)
+        collector.start()
+        try:
+            workload()
+        finally:
+            collector.stop()
+            writer.close()
+        (directory / "meta.json").write_text(
+            '{"schema_version": 1, "process": "p", "pid": 1, "start_ns": 0, "complete": true}')
+        ev = read_process(directory).events
+        assert (ev["end_ns"] >= ev["start_ns"]).all()
+        counts.append(ev.groupby(["category", "name"], observed=True).size().to_dict())
+    assert counts[0] == counts[1] and sum(counts[0].values()) >= 80

@@ -89,31 +89,42 @@ def _name_of(func: Any) -> str:
 
 
 class TransitionCollector:
-    """Records one CPU_CALL event per call from Python into a target native module."""
+    """Records one CPU_CALL event per call from Python into a target native module.
 
-    def __init__(self, writer: TraceWriter, targets: Mapping[str, Category] | None = None) -> None:
+    The event handlers run natively (``rlscope._transitions``); ``native=False`` selects their
+    pure-Python twin, which records the same events and is kept as the reference.
+    """
+
+    def __init__(self, writer: TraceWriter, targets: Mapping[str, Category] | None = None,
+                 native: bool = True) -> None:
         self.writer = writer
         self.targets = dict(DEFAULT_TARGETS if targets is None else targets)
+        self.native = native
+        # Keyed by the callable, or for a builtin bound to an instance (a new object per call)
+        # by (type of the instance, name).
         self._cache: dict[Any, tuple[int, int] | None] = {}
         self._stacks: dict[int, list[int]] = {}
         self._tool_id: int | None = None
+        self._impl: Any = None
         self._active = False
         self._flush_at = writer.chunk_events * len(ROW_FIELDS)
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
         """(category, name id) for a target native callable, else None; cached per callable."""
+        key = func if _cacheable(func) else (type(func.__self__), getattr(func, "__name__", None))
         try:
-            return self._cache[func]
+            return self._cache[key]
         except KeyError:
             pass
         except TypeError:  # unhashable callable
             return self._compute(func)
-        info = self._compute(func)
-        bound = getattr(func, "__self__", None)
-        if bound is None or isinstance(bound, (types.ModuleType, type)):
-            self._cache[func] = info  # bound to an instance: caching would keep the instance alive
+        info = self._cache[key] = self._compute(func)
         return info
+
+    def _classify_for_native(self, func: Any) -> tuple[int, int, bool] | None:
+        info = self._compute(func)
+        return None if info is None else (info[0], info[1], _cacheable(func))
 
     def _compute(self, func: Any) -> tuple[int, int] | None:
         if not _is_native(func):
@@ -123,7 +134,7 @@ class TransitionCollector:
             return None
         return int(category), self.writer.symbol(_name_of(func))
 
-    # Event handlers (hot) ---------------------------------------------------------------------
+    # Pure-Python event handlers (the reference twin of csrc/python/transitions.cpp) ----------
     def _enter(self) -> None:
         tid = threading.get_ident()
         stack = self._stacks.get(tid)
@@ -145,7 +156,6 @@ class TransitionCollector:
             # are not recorded as the workload's.
             self.writer.flush()
 
-    # sys.monitoring (3.12+)
     def _on_call(self, code: Any, offset: int, func: Any, arg0: Any) -> Any:
         if self._classify(func) is None:
             return sys.monitoring.DISABLE
@@ -157,7 +167,6 @@ class TransitionCollector:
         if info is not None:
             self._leave(info)
 
-    # sys.setprofile (3.11)
     def _on_profile(self, frame: Any, event: str, arg: Any) -> None:
         if event == "c_call":
             if self._classify(arg) is not None:
@@ -167,44 +176,87 @@ class TransitionCollector:
             if info is not None:
                 self._leave(info)
 
+    # Native buffer ----------------------------------------------------------------------------
+    def _drain(self) -> None:
+        """Move natively buffered rows into the writer and write them out."""
+        impl = self._impl
+        paused, impl.paused = impl.paused, True
+        try:
+            rows = impl.drain()
+            if len(rows):
+                self.writer.rows.frombytes(rows.tobytes())
+            self.writer.flush()
+        finally:
+            impl.paused = paused
+
+    def _install_in_new_thread(self, frame: Any, event: str, arg: Any) -> None:
+        """threading.setprofile hook: hand each new thread over to the native profile function."""
+        if self._impl is not None:
+            self._impl.install_profile()
+
     # Lifecycle --------------------------------------------------------------------------------
     def start(self) -> None:
         if self._active:
             return
-        if hasattr(sys, "monitoring"):
-            mon = sys.monitoring
-            tool = mon.PROFILER_ID
-            holder = mon.get_tool(tool)
+        monitoring = getattr(sys, "monitoring", None)
+        if monitoring is not None:
+            holder = monitoring.get_tool(monitoring.PROFILER_ID)
             if holder is not None:
                 raise RlscopeError(f"cannot intercept Python->native calls: sys.monitoring's profiler slot is held "
                                    f"by {holder!r}; stop that profiler, or profile with --no-transitions")
-            mon.use_tool_id(tool, "rlscope")
-            mon.register_callback(tool, mon.events.CALL, self._on_call)
-            mon.register_callback(tool, mon.events.C_RETURN, self._on_c_return)
-            mon.register_callback(tool, mon.events.C_RAISE, self._on_c_return)
-            mon.set_events(tool, mon.events.CALL | mon.events.C_RETURN | mon.events.C_RAISE)
-            mon.restart_events()  # re-enable call sites an earlier session returned DISABLE for
-            self._tool_id = tool
+        elif sys.getprofile() is not None:
+            raise RlscopeError("cannot intercept Python->native calls: another profiler is installed "
+                               "(sys.getprofile() is set); stop it, or profile with --no-transitions")
+        if self.native:
+            from rlscope import _transitions
+
+            disable = monitoring.DISABLE if monitoring is not None else None
+            self._impl = _transitions.Collector(self._classify_for_native, disable, self._drain,
+                                                self.writer.chunk_events)
+        if monitoring is not None:
+            tool = self._tool_id = monitoring.PROFILER_ID
+            monitoring.use_tool_id(tool, "rlscope")
+            on_call = self._impl.on_call if self.native else self._on_call
+            on_return = self._impl.on_c_return if self.native else self._on_c_return
+            monitoring.register_callback(tool, monitoring.events.CALL, on_call)
+            monitoring.register_callback(tool, monitoring.events.C_RETURN, on_return)
+            monitoring.register_callback(tool, monitoring.events.C_RAISE, on_return)
+            monitoring.set_events(tool, monitoring.events.CALL | monitoring.events.C_RETURN
+                                  | monitoring.events.C_RAISE)
+            monitoring.restart_events()  # re-enable call sites an earlier session returned DISABLE for
+        elif self.native:
+            self._impl.install_profile()
+            threading.setprofile(self._install_in_new_thread)
         else:
-            if sys.getprofile() is not None:
-                raise RlscopeError("cannot intercept Python->native calls: another profiler is installed "
-                                   "(sys.getprofile() is set); stop it, or profile with --no-transitions")
             sys.setprofile(self._on_profile)
             threading.setprofile(self._on_profile)
         self._active = True
 
     def stop(self) -> None:
+        """Stop recording and hand every buffered row to the writer."""
         if not self._active:
             return
         if self._tool_id is not None:
-            mon = sys.monitoring
-            mon.set_events(self._tool_id, mon.events.NO_EVENTS)
-            for event in (mon.events.CALL, mon.events.C_RETURN, mon.events.C_RAISE):
-                mon.register_callback(self._tool_id, event, None)
-            mon.free_tool_id(self._tool_id)
+            monitoring = sys.monitoring
+            monitoring.set_events(self._tool_id, monitoring.events.NO_EVENTS)
+            for event in (monitoring.events.CALL, monitoring.events.C_RETURN, monitoring.events.C_RAISE):
+                monitoring.register_callback(self._tool_id, event, None)
+            monitoring.free_tool_id(self._tool_id)
             self._tool_id = None
+        elif self.native:
+            self._impl.uninstall_profile()
+            threading.setprofile(None)  # type: ignore[arg-type]
         else:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
+        if self._impl is not None:
+            self._drain()
+            self._impl = None
         self._active = False
         self._stacks.clear()
+
+
+def _cacheable(func: Any) -> bool:
+    """Callables bound to an instance are not cached: the cache would keep the instance alive."""
+    bound = getattr(func, "__self__", None)
+    return bound is None or isinstance(bound, (types.ModuleType, type))

@@ -1,0 +1,54 @@
+"""Profiling overhead on a CPU RL loop: uninstrumented vs annotations vs annotations + transitions.
+
+    python bench/profiling_overhead.py [--steps 20000] [--rounds 5]
+
+Each mode runs in a fresh interpreter; modes are interleaved round by round so drift hits all
+of them alike. Prints the median loop time per mode and its ratio to the uninstrumented loop,
+plus the time to close the trace at the end.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+MODES = ("off", "annotations", "transitions")
+HERE = Path(__file__).resolve().parent
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--steps", type=int, default=20_000)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--python", default=sys.executable)
+    args = parser.parse_args()
+    version = subprocess.run([args.python, "-c", "import platform; print(platform.python_version())"],
+                             capture_output=True, text=True, check=True).stdout.strip()
+    print(f"python {version}, {platform.machine()}, {args.steps} steps, {args.rounds} rounds", flush=True)
+    results: dict[str, list[float]] = {m: [] for m in MODES}
+    stops: dict[str, list[float]] = {m: [] for m in MODES}
+    for r in range(args.rounds):
+        for mode in MODES:
+            with tempfile.TemporaryDirectory() as tmp:
+                out = subprocess.run([args.python, str(HERE / "rl_loop.py"), mode, str(args.steps), tmp],
+                                     capture_output=True, text=True, check=True)
+            row = json.loads(out.stdout.strip().splitlines()[-1])
+            results[mode].append(row["loop_s"])
+            stops[mode].append(row["stop_s"])
+        print(f"round {r + 1}: " + "  ".join(f"{m} {results[m][-1]:.3f}s" for m in MODES), flush=True)
+    base = statistics.median(results["off"])
+    print(f"{'mode':<13} {'median loop s':>14} {'ratio':>7} {'us/step':>8} {'close trace s':>14}")
+    for mode in MODES:
+        med = statistics.median(results[mode])
+        print(f"{mode:<13} {med:>14.3f} {med / base:>7.3f} {1e6 * med / args.steps:>8.1f} "
+              f"{statistics.median(stops[mode]):>14.3f}")
+
+
+if __name__ == "__main__":
+    main()

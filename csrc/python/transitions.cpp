@@ -1,0 +1,184 @@
+// Native hot path of the Python -> native-module transition collector.
+//
+// The Python side (rlscope/collect/python.py) decides what a callable is (target category and
+// name id) once; this module caches that per callable and records one row per target call into
+// a buffer of int64 rows laid out like rlscope.trace.schema.ROW_FIELDS. It serves both event
+// sources: sys.monitoring callbacks (3.12+: on_call returns DISABLE for non-targets) and a C
+// profile function installed with PyEval_SetProfile (3.11), which unlike a Python profile
+// function costs almost nothing for the Python-to-Python calls it must ignore.
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <Python.h>
+#include <pythread.h>
+
+#include <cstdint>
+#include <ctime>
+#include <unordered_map>
+#include <vector>
+
+namespace nb = nanobind;
+using namespace nb::literals;
+
+namespace {
+
+constexpr int64_t kCpuCall = 3;  // rlscope.trace.schema.Kind.CPU_CALL
+constexpr size_t kWidth = 9;     // len(ROW_FIELDS)
+
+inline int64_t now_ns() {
+    timespec ts;
+    clock_gettime(CLOCK_MONOTONIC, &ts);  // time.perf_counter_ns's clock on Linux
+    return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
+}
+
+struct Info {
+    int64_t category = 0;  // 0: not a target
+    int64_t name = 0;
+};
+
+struct ThreadStack {
+    uint64_t generation = 0;
+    std::vector<int64_t> starts;
+};
+thread_local ThreadStack t_stack;
+uint64_t g_generation = 0;
+
+class Collector {
+public:
+    Collector(nb::callable classify, nb::object disable, nb::callable on_full, size_t flush_rows)
+        : classify_(std::move(classify)), disable_(std::move(disable)), on_full_(std::move(on_full)),
+          flush_values_(flush_rows * kWidth) {
+        generation_ = ++g_generation;  // stacks left by an earlier collector are ignored
+    }
+    ~Collector() {
+        for (PyObject *o : owned_) Py_DECREF(o);
+    }
+    Collector(const Collector &) = delete;
+    Collector &operator=(const Collector &) = delete;
+
+    Info lookup(PyObject *func) {
+        // A builtin bound to an instance (tensor.argmax on 3.11) is a new object on every call,
+        // but its PyMethodDef is the same static record: key those by the record.
+        const bool builtin = PyCFunction_Check(func);
+        const void *key = builtin ? static_cast<const void *>(reinterpret_cast<PyCFunctionObject *>(func)->m_ml)
+                                  : static_cast<const void *>(func);
+        auto it = cache_.find(key);
+        if (it != cache_.end()) return it->second;
+        Info info;
+        bool cacheable = true;
+        nb::object result = classify_(nb::handle(func));  // (category, name id, cacheable) or None
+        if (!result.is_none()) {
+            nb::tuple t = nb::borrow<nb::tuple>(result);
+            info.category = nb::cast<int64_t>(t[0]);
+            info.name = nb::cast<int64_t>(t[1]);
+            cacheable = nb::cast<bool>(t[2]);
+        }
+        if (builtin) {
+            cache_.emplace(key, info);
+        } else if (cacheable) {
+            Py_INCREF(func);  // keeps the key alive, so its address cannot be reused
+            owned_.push_back(func);
+            cache_.emplace(key, info);
+        }
+        return info;
+    }
+
+    void enter() {
+        ThreadStack &s = t_stack;
+        if (s.generation != generation_) {
+            s.generation = generation_;
+            s.starts.clear();
+        }
+        s.starts.push_back(now_ns());
+    }
+
+    void leave(const Info &info) {
+        const int64_t end = now_ns();
+        ThreadStack &s = t_stack;
+        if (s.generation != generation_ || s.starts.empty()) return;  // began before this collector
+        const int64_t start = s.starts.back();
+        s.starts.pop_back();
+        const int64_t row[kWidth] = {kCpuCall, info.category, static_cast<int64_t>(PyThread_get_thread_ident()),
+                                     static_cast<int64_t>(s.starts.size()), start, end, info.name, 0, -1};
+        rows_.insert(rows_.end(), row, row + kWidth);
+        if (rows_.size() >= flush_values_) {
+            // Inside an event callback no further events fire, so the writer's own calls
+            // into numpy/pyarrow are not recorded as the workload's.
+            paused_ = true;
+            on_full_();
+            paused_ = false;
+        }
+    }
+
+    // sys.monitoring CALL: returns DISABLE for call sites whose callee is not a target.
+    nb::object on_call(nb::handle, nb::handle, nb::handle func, nb::handle) {
+        if (paused_) return nb::none();
+        Info info = lookup(func.ptr());
+        if (info.category == 0) return disable_;
+        enter();
+        return nb::none();
+    }
+
+    // sys.monitoring C_RETURN / C_RAISE.
+    void on_c_return(nb::handle, nb::handle, nb::handle func, nb::handle) {
+        if (paused_) return;
+        Info info = lookup(func.ptr());
+        if (info.category != 0) leave(info);
+    }
+
+    static int profile_callback(PyObject *self, PyFrameObject *, int what, PyObject *arg) {
+        if (what != PyTrace_C_CALL && what != PyTrace_C_RETURN && what != PyTrace_C_EXCEPTION) return 0;
+        Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
+        if (c->paused_) return 0;
+        Info info = c->lookup(arg);
+        if (info.category == 0) return 0;
+        if (what == PyTrace_C_CALL)
+            c->enter();
+        else
+            c->leave(info);
+        return 0;
+    }
+
+    // Install the C profile function on the calling thread (the Python object is its argument).
+    static void install_profile(nb::handle self) { PyEval_SetProfile(&Collector::profile_callback, self.ptr()); }
+    static void uninstall_profile() { PyEval_SetProfile(nullptr, nullptr); }
+
+    size_t pending() const { return rows_.size() / kWidth; }
+
+    // Move the buffered rows out as an N x 9 int64 array.
+    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain() {
+        auto *data = new std::vector<int64_t>(std::move(rows_));
+        rows_ = std::vector<int64_t>();
+        rows_.reserve(data->capacity());
+        nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
+        return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
+    }
+
+    bool paused_ = false;
+
+private:
+    nb::callable classify_;
+    nb::object disable_;
+    nb::callable on_full_;
+    size_t flush_values_;
+    std::unordered_map<const void *, Info> cache_;
+    std::vector<PyObject *> owned_;
+    std::vector<int64_t> rows_;
+    uint64_t generation_;
+};
+
+}  // namespace
+
+NB_MODULE(_transitions, m) {
+    m.doc() = "Native hot path of rlscope's Python -> native-module transition collector.";
+    nb::class_<Collector>(m, "Collector")
+        .def(nb::init<nb::callable, nb::object, nb::callable, size_t>(), "classify"_a, "disable"_a.none(), "on_full"_a,
+             "flush_rows"_a)
+        .def("on_call", &Collector::on_call)
+        .def("on_c_return", &Collector::on_c_return)
+        .def("install_profile", [](nb::handle_t<Collector> self) { Collector::install_profile(self); },
+             "Make this collector the profile function of the calling thread (sys.setprofile's C form).")
+        .def_static("uninstall_profile", &Collector::uninstall_profile)
+        .def("pending", &Collector::pending, "Rows buffered since the last drain.")
+        .def("drain", &Collector::drain, "Take the buffered rows as an N x 9 int64 array.")
+        .def_rw("paused", &Collector::paused_, "While True, calls are not recorded (the writer's own flushes).");
+}
