@@ -59,4 +59,5 @@ def _no_profiler_left_behind():
 
 @pytest.fixture
 def cli_env() -> dict[str, str]:
-    return {**os.environ, "PYTHONPATH": str(REPO)}
+    path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
+    return {**os.environ, "PYTHONPATH": path}
