@@ -173,8 +173,10 @@ NB_MODULE(_transitions, m) {
     nb::class_<Collector>(m, "Collector")
         .def(nb::init<nb::callable, nb::object, nb::callable, size_t>(), "classify"_a, "disable"_a.none(), "on_full"_a,
              "flush_rows"_a)
-        .def("on_call", &Collector::on_call)
-        .def("on_c_return", &Collector::on_c_return)
+        // sys.monitoring passes arg0 = MISSING or None for calls without a first argument.
+        .def("on_call", &Collector::on_call, "code"_a.none(), "offset"_a.none(), "func"_a.none(), "arg0"_a.none())
+        .def("on_c_return", &Collector::on_c_return, "code"_a.none(), "offset"_a.none(), "func"_a.none(),
+             "arg0"_a.none())
         .def("install_profile", [](nb::handle_t<Collector> self) { Collector::install_profile(self); },
              "Make this collector the profile function of the calling thread (sys.setprofile's C form).")
         .def_static("uninstall_profile", &Collector::uninstall_profile)

@@ -123,7 +123,10 @@ class TransitionCollector:
         return info
 
     def _classify_for_native(self, func: Any) -> tuple[int, int, bool] | None:
-        info = self._compute(func)
+        try:
+            info = self._compute(func)
+        except Exception:  # an odd callable must never break the profiled program
+            return None
         return None if info is None else (info[0], info[1], _cacheable(func))
 
     def _compute(self, func: Any) -> tuple[int, int] | None:

@@ -31,7 +31,7 @@ _OPERATION = int(Kind.OPERATION)
 def _process_name() -> str:
     """The script's name; `python -c` and multiprocessing's helpers are just "python"."""
     script = sys.argv[0] if sys.argv else ""
-    return Path(script).stem if script and script != "-c" else "python"
+    return Path(script).stem if script and script not in ("-c", "-") else "python"
 
 
 class Session:
