@@ -47,7 +47,7 @@ def write_synthetic(directory: Path, events: int, seed: int = 0) -> Path:
         block[row] = (int(Kind.STEP), 0, 1, 0, it_start, t, phase, 0, -1)
         row += 1
     for chunk in np.array_split(block, max(1, len(block) // (1 << 16))):
-        writer.rows.frombytes(chunk.tobytes())
+        writer.append_block(chunk)
         writer.flush()
     writer.record(int(Kind.PHASE), 0, t, "training", tid=1)
     writer.close()

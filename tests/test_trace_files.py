@@ -17,7 +17,7 @@ def write(directory: Path, n: int, chunk: int, complete: bool = True) -> None:
     writer = TraceWriter(directory / "events.arrows", chunk_events=chunk)
     for i in range(n):
         writer.record(0, i, i + 1, f"op{i % 5}")
-        assert len(writer.rows) < chunk * 9, "the buffer never holds more than one chunk"
+        assert writer.pending < chunk, "the buffer never holds more than one chunk"
     writer.close()
     meta = {"schema_version": SCHEMA_VERSION, "process": "p", "pid": 1, "start_ns": 0, "end_ns": n,
             "complete": complete, "main_tid": 0}

@@ -20,7 +20,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from rlscope.errors import RlscopeError
-from rlscope.trace.schema import ROW_FIELDS, Category, Kind
+from rlscope.trace.schema import Category, Kind
 from rlscope.trace.writer import TraceWriter
 
 __all__ = ["DEFAULT_TARGETS", "TransitionCollector", "classify_module"]
@@ -107,7 +107,8 @@ class TransitionCollector:
         self._tool_id: int | None = None
         self._impl: Any = None
         self._active = False
-        self._flush_at = writer.chunk_events * len(ROW_FIELDS)
+        self.paused = False
+        self._flush_at = writer.chunk_events
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
@@ -152,25 +153,31 @@ class TransitionCollector:
         if not stack:  # the call started before the collector did
             return
         start = stack.pop()
-        rows = self.writer.rows
-        rows.extend((_CPU_CALL, info[0], tid, len(stack), start, end, info[1], 0, -1))
-        if len(rows) >= self._flush_at:
+        writer = self.writer
+        writer.rows.append((_CPU_CALL, info[0], tid, len(stack), start, end, info[1], 0, -1))
+        if len(writer.rows) >= self._flush_at:
             # Callbacks raise no monitoring events, so the writer's own numpy/pyarrow calls
             # are not recorded as the workload's.
             self.writer.flush()
 
     def _on_call(self, code: Any, offset: int, func: Any, arg0: Any) -> Any:
+        if self.paused:
+            return None
         if self._classify(func) is None:
             return sys.monitoring.DISABLE
         self._enter()
         return None
 
     def _on_c_return(self, code: Any, offset: int, func: Any, arg0: Any) -> None:
+        if self.paused:
+            return
         info = self._classify(func)
         if info is not None:
             self._leave(info)
 
     def _on_profile(self, frame: Any, event: str, arg: Any) -> None:
+        if self.paused:
+            return
         if event == "c_call":
             if self._classify(arg) is not None:
                 self._enter()
@@ -179,15 +186,24 @@ class TransitionCollector:
             if info is not None:
                 self._leave(info)
 
-    # Native buffer ----------------------------------------------------------------------------
+    # Flushing ---------------------------------------------------------------------------------
+    def flush_writer(self) -> None:
+        """Flush the writer from ordinary code, with recording paused meanwhile."""
+        if self._impl is not None:
+            self._drain()
+            return
+        self.paused = True
+        try:
+            self.writer.flush()
+        finally:
+            self.paused = False
+
     def _drain(self) -> None:
         """Move natively buffered rows into the writer and write them out."""
         impl = self._impl
         paused, impl.paused = impl.paused, True
         try:
-            rows = impl.drain()
-            if len(rows):
-                self.writer.rows.frombytes(rows.tobytes())
+            self.writer.append_block(impl.drain())
             self.writer.flush()
         finally:
             impl.paused = paused

@@ -26,6 +26,9 @@ __all__ = ["Session", "DEFAULT_PHASE"]
 
 DEFAULT_PHASE = "default"
 _OPERATION = int(Kind.OPERATION)
+_STEP = int(Kind.STEP)
+_now = time.perf_counter_ns
+_ident = threading.get_ident
 
 
 def _process_name() -> str:
@@ -109,29 +112,36 @@ class Session:
         self.active = False
         self.start()
 
-    # Annotations ----------------------------------------------------------------------------
+    # Annotations (hot: a few per training step) ----------------------------------------------
     def enter(self, name: str) -> None:
-        tid = threading.get_ident()
+        tid = _ident()
         stack = self._stacks.get(tid)
         if stack is None:
             stack = self._stacks[tid] = []
-        stack.append((name, time.perf_counter_ns()))
+        stack.append((name, _now()))
 
     def exit(self, name: str) -> None:
-        end = time.perf_counter_ns()
-        tid = threading.get_ident()
+        end = _now()
+        tid = _ident()
         stack = self._stacks.get(tid)
         if not stack:
             raise NestingError(f"operation {name!r} ended but was never started on this thread")
-        top, start = stack[-1]
+        top, start = stack.pop()
         if top != name:
+            stack.append((top, start))
             raise NestingError(f"operation {name!r} ended while {top!r}, started inside it, was still open; "
                                f"operations must nest (close {top!r} first)")
-        stack.pop()
         writer = self.writer
-        writer.rows.extend((_OPERATION, 0, tid, len(stack), start, end, writer.symbol(name), 0, -1))
-        if self._collector is None:
-            writer.maybe_flush()
+        rows = writer.rows
+        rows.append((_OPERATION, 0, tid, len(stack), start, end, writer.symbol(name), 0, -1))
+        if len(rows) >= writer.chunk_events:
+            self._flush()
+
+    def _flush(self) -> None:
+        if self._collector is not None:
+            self._collector.flush_writer()  # pauses recording: the flush's own calls are not the workload's
+        else:
+            self.writer.flush()
 
     def set_phase(self, name: str) -> None:
         now = time.perf_counter_ns()
@@ -144,10 +154,14 @@ class Session:
         self.phase, self._phase_start = name, now
 
     def step(self) -> None:
-        now = time.perf_counter_ns()
-        if self._last_step is not None:
-            self.writer.record(int(Kind.STEP), self._last_step, now, self.phase, tid=threading.get_ident())
+        now = _now()
+        last = self._last_step
         self._last_step = now
+        if last is not None:
+            writer = self.writer
+            writer.rows.append((_STEP, 0, _ident(), 0, last, now, writer.symbol(self.phase), 0, -1))
+            if len(writer.rows) >= writer.chunk_events:
+                self._flush()
 
     def describe(self) -> dict[str, Any]:
         return dict(self._meta)

@@ -1,15 +1,16 @@
 """Append-only writer of one process's events: bounded memory, readable after a crash.
 
-Rows accumulate in one ``array('q')`` (nine int64s each: cheap to append from a hot callback)
-and are written as one Arrow IPC record batch every ``chunk_events`` rows. Names are
-dictionary-encoded with delta dictionaries, so each batch carries only the new names. Each
-batch is flushed to the OS as it is written: a crash loses at most the rows still buffered, and
-a torn final batch is dropped by the reader.
+Rows accumulate as tuples of nine ints in a list (appending a tuple is the cheapest thing a hot
+Python path can do) or as ready-made N x 9 int64 blocks from native collectors, and are written
+as one Arrow IPC record batch every ``chunk_events`` rows. Names are dictionary-encoded with
+delta dictionaries, so each batch carries only the new names. Each batch is flushed to the OS
+as it is written: a crash loses at most the rows still buffered, and a torn final batch is
+dropped by the reader.
 """
 
 from __future__ import annotations
 
-import array
+import itertools
 from pathlib import Path
 
 import numpy as np
@@ -26,7 +27,9 @@ class TraceWriter:
     def __init__(self, path: Path, chunk_events: int = 1 << 16) -> None:
         self.path = path
         self.chunk_events = chunk_events
-        self.rows = array.array("q")  # hot paths call rows.extend((...9 ints...)) directly
+        self.rows: list[tuple[int, ...]] = []  # hot paths call rows.append((...9 ints...)) directly
+        self._blocks: list[np.ndarray] = []
+        self._block_rows = 0
         self._names: list[str] = []
         self._ids: dict[str, int] = {}
         self._file = open(path, "wb")
@@ -44,20 +47,33 @@ class TraceWriter:
 
     def record(self, kind: int, start_ns: int, end_ns: int, name: str, *, category: int = 0, tid: int = 0,
                depth: int = 0, correlation: int = 0, operation: int = -1) -> None:
-        """Append one event (the convenient path; collectors on hot paths extend ``rows``)."""
-        self.rows.extend((kind, category, tid, depth, start_ns, end_ns, self.symbol(name), correlation, operation))
-        if len(self.rows) >= self.chunk_events * _WIDTH:
-            self.flush()
+        """Append one event (the convenient path; collectors on hot paths append to ``rows``)."""
+        self.rows.append((kind, category, tid, depth, start_ns, end_ns, self.symbol(name), correlation, operation))
+        self.maybe_flush()
+
+    def append_block(self, block: np.ndarray) -> None:
+        """Append an N x 9 int64 array of rows (from a native collector)."""
+        if len(block):
+            self._blocks.append(block)
+            self._block_rows += len(block)
+
+    @property
+    def pending(self) -> int:
+        return len(self.rows) + self._block_rows
 
     def maybe_flush(self) -> None:
-        if len(self.rows) >= self.chunk_events * _WIDTH:
+        if len(self.rows) + self._block_rows >= self.chunk_events:
             self.flush()
 
     def flush(self) -> None:
         """Write buffered rows as one record batch and hand it to the OS."""
-        if not self.rows:
+        if not self.rows and not self._blocks:
             return
-        table = np.frombuffer(self.rows, dtype=np.int64).reshape(-1, _WIDTH)
+        parts = list(self._blocks)
+        if self.rows:
+            flat = np.fromiter(itertools.chain.from_iterable(self.rows), dtype=np.int64, count=_WIDTH * len(self.rows))
+            parts.append(flat.reshape(-1, _WIDTH))
+        table = parts[0] if len(parts) == 1 else np.concatenate(parts)
         columns = []
         for i, field in enumerate(EVENT_SCHEMA):
             if field.name == "name":
@@ -68,8 +84,9 @@ class TraceWriter:
         self._stream.write_batch(pa.RecordBatch.from_arrays(columns, schema=EVENT_SCHEMA))
         self._file.flush()
         self.events_written += len(table)
-        del table  # release the buffer export so the array can shrink
-        del self.rows[:]
+        self.rows.clear()
+        self._blocks.clear()
+        self._block_rows = 0
 
     def close(self) -> None:
         if self._file.closed:
@@ -80,5 +97,7 @@ class TraceWriter:
 
     def abandon(self) -> None:
         """Close the file without writing (a forked child must not write its parent's buffer)."""
-        del self.rows[:]
+        self.rows.clear()
+        self._blocks.clear()
+        self._block_rows = 0
         self._file.close()
