@@ -1,4 +1,5 @@
-"""Profiling overhead on a CPU RL loop: uninstrumented vs annotations vs annotations + transitions.
+"""Profiling overhead on a CPU RL loop: uninstrumented vs annotations vs annotations + transitions
+(and "hook": the interpreter's call hook installed with nothing recorded, the floor of interception).
 
     python bench/profiling_overhead.py [--steps 20000] [--rounds 5]
 
@@ -19,7 +20,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-MODES = ("off", "annotations", "transitions")
+MODES = ("off", "hook", "annotations", "transitions")
 HERE = Path(__file__).resolve().parent
 
 

@@ -1,7 +1,11 @@
 """A CPU RL data-collection loop (gymnasium CartPole + PyTorch MLP inference), in one of three
 instrumentation modes; prints the loop's wall time as JSON. Used by profiling_overhead.py.
 
-    python bench/rl_loop.py MODE STEPS TRACE_DIR     MODE: off | annotations | transitions
+    python bench/rl_loop.py MODE STEPS TRACE_DIR     MODE: off | hook | annotations | transitions
+
+``hook`` installs the transition collector with no targets: it records nothing, so its time is
+the floor that the interpreter's event hook alone costs (sys.setprofile on 3.11,
+sys.monitoring CALL events on 3.12).
 """
 
 from __future__ import annotations
@@ -43,6 +47,21 @@ def main() -> None:
         t0 = time.perf_counter()
         loop(steps, annotate=False)
         loop_s, stop_s = time.perf_counter() - t0, 0.0
+    elif mode == "hook":
+        from pathlib import Path
+
+        from rlscope.collect.python import TransitionCollector
+        from rlscope.trace.writer import TraceWriter
+
+        writer = TraceWriter(Path(trace_dir) / "events.arrows")
+        collector = TransitionCollector(writer, targets={})
+        collector.start()
+        t0 = time.perf_counter()
+        loop(steps, annotate=False)
+        loop_s = time.perf_counter() - t0
+        collector.stop()
+        writer.close()
+        stop_s = 0.0
     else:
         with rlscope.profile(trace_dir, transitions=(mode == "transitions")):
             t0 = time.perf_counter()
