@@ -34,7 +34,8 @@ def test_only_native_callables_are_targets() -> None:
 def calls(directory: Path) -> dict[str, int]:
     (proc,) = read_trace(directory)
     ev = proc.events[proc.events["kind"] == int(Kind.CPU_CALL)]
-    return {f"{Category(c).name}:{n}": int(k) for (c, n), k in ev.groupby(["category", "name"], observed=True).size().items()}
+    sizes = ev.groupby(["category", "name"], observed=True).size()
+    return {f"{Category(c).name}:{n}": int(k) for (c, n), k in sizes.items()}
 
 
 def test_records_backend_and_simulator_calls(tmp_path: Path) -> None:

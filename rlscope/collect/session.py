@@ -13,7 +13,6 @@ import sys
 import threading
 import time
 from pathlib import Path
-from typing import Any
 
 import rlscope
 from rlscope.collect.python import TransitionCollector
@@ -162,6 +161,3 @@ class Session:
             writer.rows.append((_STEP, 0, _ident(), 0, last, now, writer.symbol(self.phase), 0, -1))
             if len(writer.rows) >= writer.chunk_events:
                 self._flush()
-
-    def describe(self) -> dict[str, Any]:
-        return dict(self._meta)

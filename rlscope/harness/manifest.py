@@ -193,7 +193,8 @@ class _Validator:
                 raise self.fail((), f"missing required field {key!r} ({_TOP_FIELDS[key]})")
         experiment = self.text(("experiment",), data["experiment"])
         if not _NAME.match(experiment):
-            raise self.fail(("experiment",), f"{experiment!r} is not a usable directory name; {_TOP_FIELDS['experiment']}")
+            raise self.fail(("experiment",),
+                            f"{experiment!r} is not a usable directory name; {_TOP_FIELDS['experiment']}")
         workload = self.text(("workload",), data["workload"])
         if not _WORKLOAD.match(workload):
             raise self.fail(("workload",), f"{workload!r} is not of the form 'package.module:function'")

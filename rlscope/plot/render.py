@@ -45,7 +45,8 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
     except pd.errors.EmptyDataError:
         results = pd.DataFrame()
     if "status" not in results or not (results["status"] == "ok").any():
-        raise ResultsError(f"{results_csv}: no successful runs to plot; see the run logs under {experiment_dir / 'runs'}")
+        raise ResultsError(f"{results_csv}: no successful runs to plot; "
+                           f"see the run logs under {experiment_dir / 'runs'}")
     out_dir = artifacts_dir / meta["experiment"]
     written: list[Path] = []
     for name in meta["figures"]:
