@@ -29,6 +29,7 @@ __all__ = ["profile", "operation", "set_phase", "step", "enabled", "ENV_DIRECTOR
 ENV_DIRECTORY = "RLSCOPE_DIR"  # set by `rlscope prof`: every Python process under it profiles itself
 ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
+ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -109,8 +110,12 @@ def enabled() -> bool:
 
 @contextlib.contextmanager
 def profile(directory: str | os.PathLike[str] | None = None, *, process: str | None = None,
-            phase: str | None = None, transitions: bool | None = None) -> Iterator[None]:
+            phase: str | None = None, transitions: bool | None = None,
+            targets: dict[str, str] | None = None) -> Iterator[None]:
     """Profile the block into ``directory``.
+
+    ``targets`` adds modules whose calls count as transitions, e.g. ``{"mysim": "simulator"}``
+    (prefix match on the module name; categories ``backend`` or ``simulator``).
 
     Under ``rlscope prof`` the process is already being profiled into the directory it chose:
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
@@ -128,7 +133,8 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     if directory is None:
         yield
         return
-    _session = session = _start(Path(directory), process, phase, transitions)
+    spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
+    _session = session = _start(Path(directory), process, phase, transitions, spec)
     try:
         yield
     except BaseException:
@@ -139,13 +145,16 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     session.stop()
 
 
-def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None) -> Any:
+def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None,
+           targets: str = "") -> Any:
+    from rlscope.collect.python import parse_targets
     from rlscope.collect.session import Session
 
     if transitions is None:
         transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
+    extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
     session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
-                      transitions=transitions)
+                      transitions=transitions, targets=extra)
     session.start()
     return session
 

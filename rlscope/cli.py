@@ -90,15 +90,18 @@ def _is_trace(directory: Path) -> bool:
 @click.option("--transitions/--no-transitions", default=True, show_default=True,
               help="Record every call from Python into ML backends and simulators.")
 @click.option("--process", default=None, help="Process name in results (default: the script's name).")
+@click.option("--target", "targets", multiple=True, metavar="MODULE=CATEGORY",
+              help="Also count calls into MODULE (prefix) as backend or simulator, e.g. --target mysim=simulator.")
 @click.option("--analyze/--no-analyze", "then_analyze", default=True, show_default=True,
               help="Analyze the trace when the command ends.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def prof(output_dir: Path | None, transitions: bool, process: str | None, then_analyze: bool,
-         command: tuple[str, ...]) -> None:
+def prof(output_dir: Path | None, transitions: bool, process: str | None, targets: tuple[str, ...],
+         then_analyze: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND (e.g. `-- python train.py ARGS`) with every Python process in it profiled."""
     from rlscope.collect.launch import run_profiled
 
-    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, process=process)
+    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, process=process,
+                                   targets=list(targets))
     click.echo(f"trace: {trace_dir}", err=True)
     if then_analyze and _is_trace(trace_dir):
         _analyze(trace_dir)

@@ -131,3 +131,19 @@ def test_native_and_python_collectors_agree(tmp_path: Path) -> None:
         assert (ev["end_ns"] >= ev["start_ns"]).all()
         counts.append(ev.groupby(["category", "name"], observed=True).size().to_dict())
     assert counts[0] == counts[1] and sum(counts[0].values()) >= 80
+
+
+def test_parse_targets_and_errors() -> None:
+    from rlscope.collect.python import parse_targets
+
+    assert parse_targets("mysim=simulator, fastlib=Backend") == {"mysim": Category.SIMULATOR,
+                                                                 "fastlib": Category.BACKEND}
+    assert parse_targets("") == {}
+    with pytest.raises(RlscopeError, match="expected MODULE=backend or MODULE=simulator"):
+        parse_targets("mysim=gpu")
+
+
+def test_extra_targets_reclassify_a_module(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, targets={"numpy": "simulator"}):
+        np.zeros(2)
+    assert calls(tmp_path) == {"SIMULATOR:zeros": 1}

@@ -13,7 +13,8 @@ import subprocess
 import time
 from pathlib import Path
 
-from rlscope.api import ENV_DIRECTORY, ENV_PROCESS, ENV_TRANSITIONS
+from rlscope.api import ENV_DIRECTORY, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
+from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 
 __all__ = ["run_profiled", "BOOTSTRAP_DIR"]
@@ -22,10 +23,12 @@ BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
-                 process: str | None = None) -> tuple[Path, int]:
+                 process: str | None = None, targets: list[str] | None = None) -> tuple[Path, int]:
     """Run ``command`` under profiling; return the trace directory and the command's exit code."""
     if not command:
         raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
+    target_spec = ",".join(targets or [])
+    parse_targets(target_spec)  # a typo is reported now, not once per child process
     if output_dir is None:
         script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
         output_dir = Path("output") / "traces" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
@@ -36,6 +39,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     env[ENV_TRANSITIONS] = "1" if transitions else "0"
     if process:
         env[ENV_PROCESS] = process
+    if target_spec:
+        env[ENV_TARGETS] = target_spec
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
     try:
         proc = subprocess.Popen(command, env=env)

@@ -23,7 +23,7 @@ from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Category, Kind
 from rlscope.trace.writer import TraceWriter
 
-__all__ = ["DEFAULT_TARGETS", "TransitionCollector", "classify_module"]
+__all__ = ["DEFAULT_TARGETS", "TransitionCollector", "classify_module", "parse_targets"]
 
 DEFAULT_TARGETS: dict[str, Category] = {
     "torch": Category.BACKEND,
@@ -40,6 +40,25 @@ DEFAULT_TARGETS: dict[str, Category] = {
 }
 
 _PY_CALLABLES = (types.FunctionType, types.MethodType, types.CodeType)
+
+
+def parse_targets(spec: str) -> dict[str, Category]:
+    """Parse ``"module=category,..."`` (category: backend or simulator) into a target mapping.
+
+    This is how ``rlscope prof --target`` and $RLSCOPE_TARGETS add modules to (or re-classify
+    modules of) the default targets.
+    """
+    targets: dict[str, Category] = {}
+    for item in filter(None, (part.strip() for part in spec.split(","))):
+        module, _, category = item.partition("=")
+        try:
+            targets[module.strip()] = Category[category.strip().upper()]
+        except KeyError:
+            raise RlscopeError(f"target {item!r}: expected MODULE=backend or MODULE=simulator "
+                               f"(e.g. mujoco=simulator)") from None
+        if not module.strip() or category.strip().upper() == "NONE":
+            raise RlscopeError(f"target {item!r}: expected MODULE=backend or MODULE=simulator")
+    return targets
 _CPU_CALL = int(Kind.CPU_CALL)
 
 

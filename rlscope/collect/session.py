@@ -12,13 +12,14 @@ import platform
 import sys
 import threading
 import time
+from collections.abc import Mapping
 from pathlib import Path
 
 import rlscope
-from rlscope.collect.python import TransitionCollector
+from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
 from rlscope.errors import NestingError
 from rlscope.harness.files import write_json_atomic
-from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Kind
+from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
 from rlscope.trace.writer import TraceWriter
 
 __all__ = ["Session", "DEFAULT_PHASE"]
@@ -38,11 +39,13 @@ def _process_name() -> str:
 
 class Session:
     def __init__(self, directory: str | Path, process: str | None = None, phase: str | None = None,
-                 transitions: bool = True, chunk_events: int = 1 << 16) -> None:
+                 transitions: bool = True, targets: Mapping[str, Category] | None = None,
+                 chunk_events: int = 1 << 16) -> None:
         self.root = Path(directory)
         self.process = process or _process_name()
         self.phase = phase or DEFAULT_PHASE
         self.transitions = transitions
+        self.targets = {**DEFAULT_TARGETS, **(targets or {})}
         self.chunk_events = chunk_events
         self._stacks: dict[int, list[tuple[str, int]]] = {}
         self._collector: TransitionCollector | None = None
@@ -71,6 +74,7 @@ class Session:
             "start_unix_s": time.time(),
             "main_tid": threading.get_ident(),
             "transitions": self.transitions,
+            "targets": {module: category.name.lower() for module, category in self.targets.items()},
             "transition_mechanism": ("sys.monitoring" if hasattr(sys, "monitoring") else "sys.setprofile")
             if self.transitions else None,
             "complete": False,
@@ -78,7 +82,7 @@ class Session:
         write_json_atomic(self.dir / META_FILE, self._meta)
         self.active = True
         if self.transitions:
-            self._collector = TransitionCollector(self.writer)
+            self._collector = TransitionCollector(self.writer, self.targets)
             self._collector.start()
 
     def stop(self, check_nesting: bool = True) -> None:
