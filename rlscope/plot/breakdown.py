@@ -7,12 +7,19 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rlscope.analyze.overlap import UNANNOTATED
+
 __all__ = ["time_breakdown", "transition_counts", "STACK_ORDER"]
 
 # Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
 STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "CPU + GPU", "GPU")
 _COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
            "CPU + GPU": "#dd8452", "GPU": "#937860"}
+
+
+def _ordered(operations: pd.Index) -> list[str]:
+    """Operations in the given order, time outside any operation last."""
+    return [o for o in operations if o != UNANNOTATED] + [o for o in operations if o == UNANNOTATED]
 
 
 def _stack_label(cpu: str, gpu: bool) -> str:
@@ -35,7 +42,7 @@ def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.6), squeeze=False)
     for ax, (label, group) in zip(axes[0], panels):
         table = group.pivot_table(index="operation", columns="stack", values="time_s", aggfunc="sum", fill_value=0)
-        table = table.loc[table.sum(axis=1).sort_values(ascending=False).index]
+        table = table.loc[_ordered(table.sum(axis=1).sort_values(ascending=False).index)]
         bottom = np.zeros(len(table))
         for layer in STACK_ORDER:
             if layer in table:
@@ -67,6 +74,7 @@ def transition_counts(transitions: pd.DataFrame, title: str = "") -> Figure:
         if not group.empty:
             table = group.pivot_table(index="operation", columns="transition", values=value, aggfunc="sum",
                                       fill_value=0)
+            table = table.loc[_ordered(table.index)]
             table.plot.bar(ax=ax, rot=20, width=0.8)
             ax.legend(title="transition", fontsize=8, title_fontsize=8)
         ax.set_title(label, fontsize=9)
