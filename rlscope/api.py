@@ -53,7 +53,9 @@ class _Operation:
     def __exit__(self, exc_type: object, exc: object, tb: object) -> None:
         session = _session
         if session is not None:
-            session.exit(self.name)
+            top = session.exit(self.name)
+            if top is not None:
+                session.nesting_error(self.name, top)
 
     def __call__(self, func: F) -> F:
         name = self.name
@@ -67,7 +69,9 @@ class _Operation:
             try:
                 return func(*args, **kwargs)
             finally:
-                session.exit(name)
+                top = session.exit(name)
+                if top is not None:
+                    session.nesting_error(name, top)
 
         return wrapper  # type: ignore[return-value]
 

@@ -90,3 +90,31 @@ def test_nested_profile_only_renames(tmp_path: Path) -> None:
     assert not (tmp_path / "ignored").exists()
     (proc,) = read_trace(tmp_path)
     assert proc.meta["process"] == "outer"  # the directory was named at start
+
+
+def _child_work() -> None:
+    with rlscope.operation("child"):
+        pass
+
+
+def test_forked_child_does_not_touch_the_parents_trace(tmp_path: Path) -> None:
+    import multiprocessing
+    import os
+    import warnings
+
+    with rlscope.profile(tmp_path, process="parent", transitions=True):
+        with rlscope.operation("before-fork"):
+            sum(range(10))
+        child = multiprocessing.get_context("fork").Process(target=_child_work)
+        child.start()
+        child.join()
+        with rlscope.operation("after-fork"):
+            pass
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # a torn or unfinished trace would warn
+        traces = {t.meta["pid"]: t for t in read_trace(tmp_path)}
+    parent = traces[os.getpid()]
+    names = lambda t: set(t.events["name"].astype(str))  # noqa: E731
+    assert {"before-fork", "after-fork"} <= names(parent) and "child" not in names(parent)
+    (child_trace,) = [t for t in traces.values() if t is not parent]
+    assert "child" in names(child_trace) and "before-fork" not in names(child_trace)

@@ -110,7 +110,7 @@ def _name_of(func: Any) -> str:
 class TransitionCollector:
     """Records one CPU_CALL event per call from Python into a target native module.
 
-    The event handlers run natively (``rlscope._transitions``); ``native=False`` selects their
+    The event handlers run natively (``rlscope._hotpath``); ``native=False`` selects their
     pure-Python twin, which records the same events and is kept as the reference.
     """
 
@@ -157,7 +157,7 @@ class TransitionCollector:
             return None
         return int(category), self.writer.symbol(_name_of(func))
 
-    # Pure-Python event handlers (the reference twin of csrc/python/transitions.cpp) ----------
+    # Pure-Python event handlers (the reference twin of csrc/python/hotpath.cpp) ----------
     def _enter(self) -> None:
         tid = threading.get_ident()
         stack = self._stacks.get(tid)
@@ -246,10 +246,10 @@ class TransitionCollector:
             raise RlscopeError("cannot intercept Python->native calls: another profiler is installed "
                                "(sys.getprofile() is set); stop it, or profile with --no-transitions")
         if self.native:
-            from rlscope import _transitions
+            from rlscope import _hotpath
 
             disable = monitoring.DISABLE if monitoring is not None else None
-            self._impl = _transitions.Collector(self._classify_for_native, disable, self._drain,
+            self._impl = _hotpath.Collector(self._classify_for_native, disable, self._drain,
                                                 self.writer.chunk_events)
         if monitoring is not None:
             tool = self._tool_id = monitoring.PROFILER_ID

@@ -16,6 +16,7 @@ from collections.abc import Mapping
 from pathlib import Path
 
 import rlscope
+from rlscope import _hotpath
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
 from rlscope.errors import NestingError
 from rlscope.harness.files import write_json_atomic
@@ -25,7 +26,6 @@ from rlscope.trace.writer import TraceWriter
 __all__ = ["Session", "DEFAULT_PHASE"]
 
 DEFAULT_PHASE = "default"
-_OPERATION = int(Kind.OPERATION)
 _STEP = int(Kind.STEP)
 _now = time.perf_counter_ns
 _ident = threading.get_ident
@@ -47,7 +47,6 @@ class Session:
         self.transitions = transitions
         self.targets = {**DEFAULT_TARGETS, **(targets or {})}
         self.chunk_events = chunk_events
-        self._stacks: dict[int, list[tuple[str, int]]] = {}
         self._collector: TransitionCollector | None = None
         self._phase_start = 0
         self._last_step: int | None = None
@@ -80,6 +79,9 @@ class Session:
             "complete": False,
         }
         write_json_atomic(self.dir / META_FILE, self._meta)
+        self._ops = _hotpath.Operations(self.writer.symbol, self._flush, self.chunk_events)
+        self.enter = self._ops.enter
+        self.exit = self._ops.exit
         self.active = True
         if self.transitions:
             self._collector = TransitionCollector(self.writer, self.targets)
@@ -95,7 +97,9 @@ class Session:
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
         if self._last_step is not None:
             self.writer.record(int(Kind.STEP), self._last_step, end, self.phase, tid=self._meta["main_tid"])
-        open_ops = {tid: [name for name, _ in stack] for tid, stack in self._stacks.items() if stack}
+        open_ops = self._ops.open_operations()
+        self.writer.append_block(self._ops.drain())
+        self._release_recorder()
         self.writer.close()
         self._meta.update(complete=True, end_ns=end, events=self.writer.events_written,
                           unclosed_operations={str(k): v for k, v in open_ops.items()})
@@ -107,40 +111,36 @@ class Session:
 
     def abandon_after_fork(self) -> None:
         """In a forked child: drop the parent's buffered events and files, then start afresh."""
+        self.writer.abandon()  # first: stopping the collector below flushes into it
         if self._collector is not None:
             self._collector.stop()
-        self.writer.abandon()
-        self._stacks = {threading.get_ident(): list(self._stacks.get(threading.get_ident(), []))}
+        inherited = self._ops.current_stack()  # operations this thread had open at the fork
+        self._release_recorder()
         self._last_step = None
         self.active = False
         self.start()
+        for name, start in inherited:
+            self._ops.push(name, start)
 
-    # Annotations (hot: a few per training step) ----------------------------------------------
-    def enter(self, name: str) -> None:
-        tid = _ident()
-        stack = self._stacks.get(tid)
-        if stack is None:
-            stack = self._stacks[tid] = []
-        stack.append((name, _now()))
+    # Annotations ----------------------------------------------------------------------------
+    # ``enter(name)`` and ``exit(name)`` are the native recorder's methods, bound in start():
+    # rlscope.operation() calls them directly. ``exit`` returns None, or the name of the
+    # operation still open inside ``name``, for the caller to report with nesting_error().
 
-    def exit(self, name: str) -> None:
-        end = _now()
-        tid = _ident()
-        stack = self._stacks.get(tid)
-        if not stack:
+    def nesting_error(self, name: str, top: str) -> None:
+        if not top:
             raise NestingError(f"operation {name!r} ended but was never started on this thread")
-        top, start = stack.pop()
-        if top != name:
-            stack.append((top, start))
-            raise NestingError(f"operation {name!r} ended while {top!r}, started inside it, was still open; "
-                               f"operations must nest (close {top!r} first)")
-        writer = self.writer
-        rows = writer.rows
-        rows.append((_OPERATION, 0, tid, len(stack), start, end, writer.symbol(name), 0, -1))
-        if len(rows) >= writer.chunk_events:
-            self._flush()
+        raise NestingError(f"operation {name!r} ended while {top!r}, started inside it, was still open; "
+                           f"operations must nest (close {top!r} first)")
+
+    def _release_recorder(self) -> None:
+        """Break the session <-> native recorder reference cycle (native objects are not GC-tracked)."""
+        del self.enter, self.exit
+        self._ops = None
 
     def _flush(self) -> None:
+        """Write out buffered rows (called by the native recorder when its buffer is full)."""
+        self.writer.append_block(self._ops.drain())
         if self._collector is not None:
             self._collector.flush_writer()  # pauses recording: the flush's own calls are not the workload's
         else:

@@ -36,6 +36,7 @@ class TraceWriter:
         options = pa.ipc.IpcWriteOptions(emit_dictionary_deltas=True)
         self._stream = pa.ipc.new_stream(self._file, EVENT_SCHEMA, options=options)
         self.events_written = 0
+        self._abandoned = False
 
     def symbol(self, name: str) -> int:
         """The id of ``name`` in this file's name dictionary."""
@@ -67,6 +68,11 @@ class TraceWriter:
 
     def flush(self) -> None:
         """Write buffered rows as one record batch and hand it to the OS."""
+        if self._abandoned:
+            self.rows.clear()
+            self._blocks.clear()
+            self._block_rows = 0
+            return
         if not self.rows and not self._blocks:
             return
         parts = list(self._blocks)
@@ -96,7 +102,9 @@ class TraceWriter:
         self._file.close()
 
     def abandon(self) -> None:
-        """Close the file without writing (a forked child must not write its parent's buffer)."""
+        """Stop writing for good, dropping what is buffered: a forked child shares its parent's
+        open file, and must neither write the parent's buffered rows nor end its stream."""
+        self._abandoned = True
         self.rows.clear()
         self._blocks.clear()
         self._block_rows = 0

@@ -1,11 +1,14 @@
-// Native hot path of the Python -> native-module transition collector.
+// Native hot paths of the Python-side collectors; both record rows of int64 laid out like
+// rlscope.trace.schema.ROW_FIELDS into buffers that Python drains into the trace writer.
 //
-// The Python side (rlscope/collect/python.py) decides what a callable is (target category and
-// name id) once; this module caches that per callable and records one row per target call into
-// a buffer of int64 rows laid out like rlscope.trace.schema.ROW_FIELDS. It serves both event
-// sources: sys.monitoring callbacks (3.12+: on_call returns DISABLE for non-targets) and a C
-// profile function installed with PyEval_SetProfile (3.11), which unlike a Python profile
-// function costs almost nothing for the Python-to-Python calls it must ignore.
+// Collector: Python -> native-module calls. The Python side (rlscope/collect/python.py) decides
+// what a callable is (target category and name id) once; this caches that per callable. It
+// serves both event sources: sys.monitoring callbacks (3.12+: on_call returns DISABLE for
+// non-targets) and a C profile function installed with PyEval_SetProfile (3.11), which unlike a
+// Python profile function costs almost nothing for the calls it must ignore.
+//
+// Operations: rlscope.operation() enter/exit, a few per training step, kept off the Python
+// interpreter so that annotations cost little even while a profile function is installed.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <Python.h>
@@ -21,7 +24,8 @@ using namespace nb::literals;
 
 namespace {
 
-constexpr int64_t kCpuCall = 3;  // rlscope.trace.schema.Kind.CPU_CALL
+constexpr int64_t kOperation = 0;  // rlscope.trace.schema.Kind.OPERATION
+constexpr int64_t kCpuCall = 3;    // rlscope.trace.schema.Kind.CPU_CALL
 constexpr size_t kWidth = 9;     // len(ROW_FIELDS)
 
 inline int64_t now_ns() {
@@ -145,13 +149,7 @@ public:
     size_t pending() const { return rows_.size() / kWidth; }
 
     // Move the buffered rows out as an N x 9 int64 array.
-    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain() {
-        auto *data = new std::vector<int64_t>(std::move(rows_));
-        rows_ = std::vector<int64_t>();
-        rows_.reserve(data->capacity());
-        nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
-        return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
-    }
+    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain();
 
     bool paused_ = false;
 
@@ -166,10 +164,107 @@ private:
     uint64_t generation_;
 };
 
+// Operation stacks per thread; names are mapped to trace symbol ids once per name object.
+class Operations {
+public:
+    Operations(nb::callable symbol, nb::callable on_full, size_t flush_rows)
+        : symbol_(std::move(symbol)), on_full_(std::move(on_full)), flush_values_(flush_rows * kWidth) {}
+    ~Operations() {
+        for (auto &kv : ids_) Py_DECREF(kv.first);
+        for (auto &kv : stacks_)
+            for (auto &frame : kv.second) Py_DECREF(frame.name);
+    }
+    Operations(const Operations &) = delete;
+    Operations &operator=(const Operations &) = delete;
+
+    void enter(nb::handle name) { push(name, now_ns()); }
+
+    void push(nb::handle name, int64_t start) {
+        const int64_t sid = id_of(name.ptr());
+        Py_INCREF(name.ptr());
+        stacks_[PyThread_get_thread_ident()].push_back(Frame{name.ptr(), sid, start});
+    }
+
+    // The calling thread's open operations, outermost first: [(name, start_ns), ...].
+    nb::list current_stack() const {
+        nb::list out;
+        auto it = stacks_.find(PyThread_get_thread_ident());
+        if (it != stacks_.end())
+            for (const Frame &f : it->second) out.append(nb::make_tuple(nb::handle(f.name), f.start));
+        return out;
+    }
+
+    // Returns None, or the name of the operation still open inside (the nesting error to raise).
+    nb::object exit(nb::handle name) {
+        const int64_t end = now_ns();
+        const int64_t tid = static_cast<int64_t>(PyThread_get_thread_ident());
+        auto it = stacks_.find(static_cast<unsigned long>(tid));
+        if (it == stacks_.end() || it->second.empty()) return nb::str("");
+        std::vector<Frame> &stack = it->second;
+        const Frame top = stack.back();
+        if (top.sid != id_of(name.ptr())) return nb::borrow(top.name);
+        stack.pop_back();
+        Py_DECREF(top.name);
+        const int64_t row[kWidth] = {kOperation, 0, tid, static_cast<int64_t>(stack.size()), top.start, end, top.sid,
+                                     0, -1};
+        rows_.insert(rows_.end(), row, row + kWidth);
+        if (rows_.size() >= flush_values_) on_full_();
+        return nb::none();
+    }
+
+    // Names still open, per thread: {thread ident: [outer, ..., inner]}.
+    nb::dict open_operations() const {
+        nb::dict out;
+        for (const auto &kv : stacks_) {
+            if (kv.second.empty()) continue;
+            nb::list names;
+            for (const Frame &f : kv.second) names.append(nb::handle(f.name));
+            out[nb::int_(kv.first)] = names;
+        }
+        return out;
+    }
+
+    size_t pending() const { return rows_.size() / kWidth; }
+
+    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain() { return take_rows(rows_); }
+
+    static nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> take_rows(std::vector<int64_t> &rows) {
+        auto *data = new std::vector<int64_t>(std::move(rows));
+        rows = std::vector<int64_t>();
+        rows.reserve(data->capacity());
+        nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
+        return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
+    }
+
+private:
+    struct Frame {
+        PyObject *name;
+        int64_t sid;
+        int64_t start;
+    };
+
+    int64_t id_of(PyObject *name) {
+        auto it = ids_.find(name);
+        if (it != ids_.end()) return it->second;
+        const int64_t sid = nb::cast<int64_t>(symbol_(nb::handle(name)));
+        Py_INCREF(name);  // the key stays alive, so its address cannot be reused
+        ids_.emplace(name, sid);
+        return sid;
+    }
+
+    nb::callable symbol_, on_full_;
+    size_t flush_values_;
+    std::unordered_map<PyObject *, int64_t> ids_;
+    std::unordered_map<unsigned long, std::vector<Frame>> stacks_;
+    std::vector<int64_t> rows_;
+};
+
 }  // namespace
 
-NB_MODULE(_transitions, m) {
-    m.doc() = "Native hot path of rlscope's Python -> native-module transition collector.";
+nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> Collector::drain() { return Operations::take_rows(rows_); }
+
+NB_MODULE(_hotpath, m) {
+    m.doc() = "Native hot paths of rlscope's Python-side collectors (calls into native modules, operations).";
     nb::class_<Collector>(m, "Collector")
         .def(nb::init<nb::callable, nb::object, nb::callable, size_t>(), "classify"_a, "disable"_a.none(), "on_full"_a,
              "flush_rows"_a)
@@ -183,4 +278,14 @@ NB_MODULE(_transitions, m) {
         .def("pending", &Collector::pending, "Rows buffered since the last drain.")
         .def("drain", &Collector::drain, "Take the buffered rows as an N x 9 int64 array.")
         .def_rw("paused", &Collector::paused_, "While True, calls are not recorded (the writer's own flushes).");
+    nb::class_<Operations>(m, "Operations")
+        .def(nb::init<nb::callable, nb::callable, size_t>(), "symbol"_a, "on_full"_a, "flush_rows"_a)
+        .def("enter", &Operations::enter, "name"_a)
+        .def("push", &Operations::push, "name"_a, "start_ns"_a, "Reopen an operation (in a forked child).")
+        .def("current_stack", &Operations::current_stack)
+        .def("exit", &Operations::exit, "name"_a,
+             "Close ``name``; returns None, or the name still open inside it (empty: nothing was open).")
+        .def("open_operations", &Operations::open_operations)
+        .def("pending", &Operations::pending)
+        .def("drain", &Operations::drain);
 }
