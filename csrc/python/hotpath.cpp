@@ -25,6 +25,7 @@ using namespace nb::literals;
 namespace {
 
 constexpr int64_t kOperation = 0;  // rlscope.trace.schema.Kind.OPERATION
+constexpr int64_t kStep = 2;       // rlscope.trace.schema.Kind.STEP
 constexpr int64_t kCpuCall = 3;    // rlscope.trace.schema.Kind.CPU_CALL
 constexpr size_t kWidth = 9;     // len(ROW_FIELDS)
 
@@ -212,6 +213,19 @@ public:
         return nb::none();
     }
 
+    // rlscope.step(): the iteration since the previous step() ends now; ``phase`` names it.
+    void step(nb::handle phase) {
+        const int64_t now = now_ns();
+        if (last_step_ >= 0) add_step(phase, last_step_, now);
+        last_step_ = now;
+    }
+
+    // End the open iteration at ``end`` (phase change, end of profiling); no new one starts.
+    void close_step(nb::handle phase, int64_t end) {
+        if (last_step_ >= 0) add_step(phase, last_step_, end);
+        last_step_ = -1;
+    }
+
     // Names still open, per thread: {thread ident: [outer, ..., inner]}.
     nb::dict open_operations() const {
         nb::dict out;
@@ -237,6 +251,13 @@ public:
     }
 
 private:
+    void add_step(nb::handle phase, int64_t start, int64_t end) {
+        const int64_t row[kWidth] = {kStep, 0, static_cast<int64_t>(PyThread_get_thread_ident()), 0, start, end,
+                                     id_of(phase.ptr()), 0, -1};
+        rows_.insert(rows_.end(), row, row + kWidth);
+        if (rows_.size() >= flush_values_) on_full_();
+    }
+
     struct Frame {
         PyObject *name;
         int64_t sid;
@@ -257,6 +278,7 @@ private:
     std::unordered_map<PyObject *, int64_t> ids_;
     std::unordered_map<unsigned long, std::vector<Frame>> stacks_;
     std::vector<int64_t> rows_;
+    int64_t last_step_ = -1;
 };
 
 }  // namespace
@@ -285,6 +307,8 @@ NB_MODULE(_hotpath, m) {
         .def("current_stack", &Operations::current_stack)
         .def("exit", &Operations::exit, "name"_a,
              "Close ``name``; returns None, or the name still open inside it (empty: nothing was open).")
+        .def("step", &Operations::step, "phase"_a)
+        .def("close_step", &Operations::close_step, "phase"_a, "end_ns"_a)
         .def("open_operations", &Operations::open_operations)
         .def("pending", &Operations::pending)
         .def("drain", &Operations::drain);

@@ -26,9 +26,6 @@ from rlscope.trace.writer import TraceWriter
 __all__ = ["Session", "DEFAULT_PHASE"]
 
 DEFAULT_PHASE = "default"
-_STEP = int(Kind.STEP)
-_now = time.perf_counter_ns
-_ident = threading.get_ident
 
 
 def _process_name() -> str:
@@ -49,7 +46,6 @@ class Session:
         self.chunk_events = chunk_events
         self._collector: TransitionCollector | None = None
         self._phase_start = 0
-        self._last_step: int | None = None
         self.active = False
 
     # Lifecycle ------------------------------------------------------------------------------
@@ -95,8 +91,7 @@ class Session:
             self._collector.stop()
         self.active = False
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
-        if self._last_step is not None:
-            self.writer.record(int(Kind.STEP), self._last_step, end, self.phase, tid=self._meta["main_tid"])
+        self._ops.close_step(self.phase, end)
         open_ops = self._ops.open_operations()
         self.writer.append_block(self._ops.drain())
         self._release_recorder()
@@ -116,7 +111,6 @@ class Session:
             self._collector.stop()
         inherited = self._ops.current_stack()  # operations this thread had open at the fork
         self._release_recorder()
-        self._last_step = None
         self.active = False
         self.start()
         for name, start in inherited:
@@ -151,17 +145,8 @@ class Session:
         if name == self.phase:
             return
         self.writer.record(int(Kind.PHASE), self._phase_start, now, self.phase, tid=self._meta["main_tid"])
-        if self._last_step is not None:
-            self.writer.record(int(Kind.STEP), self._last_step, now, self.phase, tid=self._meta["main_tid"])
-            self._last_step = None
+        self._ops.close_step(self.phase, now)
         self.phase, self._phase_start = name, now
 
     def step(self) -> None:
-        now = _now()
-        last = self._last_step
-        self._last_step = now
-        if last is not None:
-            writer = self.writer
-            writer.rows.append((_STEP, 0, _ident(), 0, last, now, writer.symbol(self.phase), 0, -1))
-            if len(writer.rows) >= writer.chunk_events:
-                self._flush()
+        self._ops.step(self.phase)
