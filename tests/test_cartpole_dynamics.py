@@ -124,3 +124,19 @@ def test_cpp_state_is_shared_without_copies() -> None:
 def test_unknown_backend_lists_known_ones() -> None:
     with pytest.raises(ValueError, match="known: cpp, gymnasium, numpy, torch"):
         make_backend("nope", 1)
+
+
+@pytest.mark.gpu
+def test_torch_backend_on_cuda_matches_gymnasium() -> None:
+    rng = np.random.default_rng(11)
+    backend = make_backend("torch", N, seed=1, device="cuda")
+    backend.reset()
+    states, actions, elapsed = random_states(rng, N), rng.integers(0, 2, N), rng.integers(0, 499, N)
+    backend.set_state(states, elapsed)
+    t = backend.step(torch.as_tensor(actions, device="cuda"))
+    backend.synchronize()
+    ref_obs, _, ref_term, ref_trunc = reference_step(states, actions, elapsed)
+    assert t.final_obs.is_cuda
+    np.testing.assert_allclose(as_numpy(t.final_obs), ref_obs, rtol=RTOL, atol=ATOL)
+    assert ((as_numpy(t.terminated) == ref_term) | near_threshold(ref_obs)).all()
+    np.testing.assert_array_equal(as_numpy(t.truncated), ref_trunc)

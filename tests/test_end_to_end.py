@@ -8,6 +8,7 @@ import textwrap
 from pathlib import Path
 
 import pandas as pd
+import pytest
 
 MANIFEST = """\
 experiment: gpu_vectorization
@@ -80,3 +81,13 @@ def test_unknown_workload_module_is_one_clear_error(tmp_path: Path, cli_env: dic
 def test_plot_without_results_says_what_to_run(tmp_path: Path, cli_env: dict[str, str]) -> None:
     proc = rlscope("plot", str(tmp_path / "nothing"), env=cli_env)
     assert proc.returncode == 2 and "rlscope run" in proc.stderr and "Traceback" not in proc.stderr
+
+
+@pytest.mark.gpu
+def test_full_scale_data_collection_runs_on_the_gpu(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(MANIFEST.replace("[gymnasium, numpy, cpp, torch]", "[numpy, torch]"))
+    proc = rlscope("run", str(manifest), "--scale", "full", "--output", str(tmp_path / "o"), env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    frame = pd.read_csv(tmp_path / "o" / "gpu_vectorization" / "results.csv")
+    assert (frame["status"] == "ok").all() and set(frame["device"]) == {"cuda"}
