@@ -130,6 +130,26 @@ public:
         if (info.category != 0) leave(info);
     }
 
+    // The same two callbacks as plain C functions (METH_FASTCALL, bound to the collector object):
+    // sys.monitoring calls these with no argument conversion at all.
+    static PyObject *fast_on_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+        Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
+        if (nargs < 3 || c->paused_) Py_RETURN_NONE;
+        Info info = c->lookup(args[2]);
+        if (info.category == 0) return Py_NewRef(c->disable_.ptr());
+        c->enter();
+        Py_RETURN_NONE;
+    }
+
+    static PyObject *fast_on_c_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
+        Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
+        if (nargs >= 3 && !c->paused_) {
+            Info info = c->lookup(args[2]);
+            if (info.category != 0) c->leave(info);
+        }
+        Py_RETURN_NONE;
+    }
+
     static int profile_callback(PyObject *self, PyFrameObject *, int what, PyObject *arg) {
         if (what != PyTrace_C_CALL && what != PyTrace_C_RETURN && what != PyTrace_C_EXCEPTION) return 0;
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
@@ -285,6 +305,13 @@ private:
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> Collector::drain() { return Operations::take_rows(rows_); }
 
+PyMethodDef g_fast_defs[] = {
+    {"on_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Collector::fast_on_call)), METH_FASTCALL,
+     "sys.monitoring CALL callback"},
+    {"on_c_return", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Collector::fast_on_c_return)),
+     METH_FASTCALL, "sys.monitoring C_RETURN / C_RAISE callback"},
+};
+
 NB_MODULE(_hotpath, m) {
     m.doc() = "Native hot paths of rlscope's Python-side collectors (calls into native modules, operations).";
     nb::class_<Collector>(m, "Collector")
@@ -294,6 +321,13 @@ NB_MODULE(_hotpath, m) {
         .def("on_call", &Collector::on_call, "code"_a.none(), "offset"_a.none(), "func"_a.none(), "arg0"_a.none())
         .def("on_c_return", &Collector::on_c_return, "code"_a.none(), "offset"_a.none(), "func"_a.none(),
              "arg0"_a.none())
+        .def("monitoring_callbacks",
+             [](nb::handle_t<Collector> self) {
+                 nb::object call = nb::steal(PyCFunction_NewEx(&g_fast_defs[0], self.ptr(), nullptr));
+                 nb::object ret = nb::steal(PyCFunction_NewEx(&g_fast_defs[1], self.ptr(), nullptr));
+                 return nb::make_tuple(call, ret);
+             },
+             "(on_call, on_c_return) as plain C functions, the cheapest callables sys.monitoring can call.")
         .def("install_profile", [](nb::handle_t<Collector> self) { Collector::install_profile(self); },
              "Make this collector the profile function of the calling thread (sys.setprofile's C form).")
         .def_static("uninstall_profile", &Collector::uninstall_profile)

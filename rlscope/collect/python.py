@@ -254,8 +254,8 @@ class TransitionCollector:
         if monitoring is not None:
             tool = self._tool_id = monitoring.PROFILER_ID
             monitoring.use_tool_id(tool, "rlscope")
-            on_call = self._impl.on_call if self.native else self._on_call
-            on_return = self._impl.on_c_return if self.native else self._on_c_return
+            on_call, on_return = self._impl.monitoring_callbacks() if self.native else (self._on_call,
+                                                                                         self._on_c_return)
             monitoring.register_callback(tool, monitoring.events.CALL, on_call)
             monitoring.register_callback(tool, monitoring.events.C_RETURN, on_return)
             monitoring.register_callback(tool, monitoring.events.C_RAISE, on_return)
