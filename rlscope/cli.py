@@ -97,7 +97,7 @@ def _is_trace(directory: Path) -> bool:
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def prof(output_dir: Path | None, transitions: bool, process: str | None, targets: tuple[str, ...],
          then_analyze: bool, command: tuple[str, ...]) -> None:
-    """Run COMMAND (e.g. `-- python train.py ARGS`) with every Python process in it profiled."""
+    """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
     from rlscope.collect.launch import run_profiled
 
     trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, process=process,
