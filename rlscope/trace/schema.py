@@ -3,6 +3,9 @@
 Every event is an interval on one thread, in nanoseconds of one clock (``time.perf_counter_ns``,
 CLOCK_MONOTONIC on Linux). In memory a row is nine int64s, in the order of ``ROW_FIELDS``;
 on disk the same columns are narrowed and ``name`` is dictionary-encoded.
+
+``depth`` is the nesting depth for operations and native calls; for GPU events (kernels,
+copies, memsets) it holds the CUDA stream, and ``tid`` is the thread that launched them.
 """
 
 from __future__ import annotations
