@@ -114,24 +114,9 @@ public:
         }
     }
 
-    // sys.monitoring CALL: returns DISABLE for call sites whose callee is not a target.
-    nb::object on_call(nb::handle, nb::handle, nb::handle func, nb::handle) {
-        if (paused_) return nb::none();
-        Info info = lookup(func.ptr());
-        if (info.category == 0) return disable_;
-        enter();
-        return nb::none();
-    }
-
-    // sys.monitoring C_RETURN / C_RAISE.
-    void on_c_return(nb::handle, nb::handle, nb::handle func, nb::handle) {
-        if (paused_) return;
-        Info info = lookup(func.ptr());
-        if (info.category != 0) leave(info);
-    }
-
-    // The same two callbacks as plain C functions (METH_FASTCALL, bound to the collector object):
-    // sys.monitoring calls these with no argument conversion at all.
+    // sys.monitoring callbacks as plain C functions (METH_FASTCALL, bound to the collector
+    // object), so no argument conversion happens. CALL returns DISABLE for call sites whose
+    // callee is not a target; the second serves C_RETURN and C_RAISE.
     static PyObject *fast_on_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
         if (nargs < 3 || c->paused_) Py_RETURN_NONE;
@@ -317,10 +302,6 @@ NB_MODULE(_hotpath, m) {
     nb::class_<Collector>(m, "Collector")
         .def(nb::init<nb::callable, nb::object, nb::callable, size_t>(), "classify"_a, "disable"_a.none(), "on_full"_a,
              "flush_rows"_a)
-        // sys.monitoring passes arg0 = MISSING or None for calls without a first argument.
-        .def("on_call", &Collector::on_call, "code"_a.none(), "offset"_a.none(), "func"_a.none(), "arg0"_a.none())
-        .def("on_c_return", &Collector::on_c_return, "code"_a.none(), "offset"_a.none(), "func"_a.none(),
-             "arg0"_a.none())
         .def("monitoring_callbacks",
              [](nb::handle_t<Collector> self) {
                  nb::object call = nb::steal(PyCFunction_NewEx(&g_fast_defs[0], self.ptr(), nullptr));

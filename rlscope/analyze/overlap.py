@@ -204,17 +204,16 @@ def analyze_process(trace: ProcessTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
 def _breakdown_rows(sw: ThreadSweep, op_labels: list[str], phase_labels: list[str], drop_unannotated: bool,
                     process: str, thread: str) -> list[tuple]:
     n_ops, n_cpu, none = len(op_labels), len(CPU_LAYERS), len(op_labels) - 1
-    dt = np.diff(sw.bounds)
+    seg_dt = np.diff(sw.bounds)
     op, phase = sw.op.astype(np.int64), sw.phase.astype(np.int64)
-    if drop_unannotated:  # other threads: only what their operations cover
-        dt[op == none] = 0
+    dt = np.where(op == none, 0, seg_dt) if drop_unannotated else seg_dt  # other threads: their operations only
     own_gpu = np.zeros(len(dt), dtype=np.int64)
     keys, weights = [], []
     for o, cov in sw.gpu_ops.items():
         own_gpu |= cov & (op == o)
         foreign = cov & (op != o)
         keys.append(((phase[foreign] * n_ops + o) * n_cpu + _NO_CPU) * 2 + 1)
-        weights.append(np.diff(sw.bounds)[foreign])
+        weights.append(seg_dt[foreign])
     keys.insert(0, ((phase * n_ops + op) * n_cpu + sw.cpu) * 2 + own_gpu)
     weights.insert(0, dt)
     # Exact in float64: every partial sum is an integer number of ns far below 2**53.

@@ -127,7 +127,6 @@ class TransitionCollector:
         self._impl: Any = None
         self._active = False
         self.paused = False
-        self._flush_at = writer.chunk_events
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
@@ -172,12 +171,10 @@ class TransitionCollector:
         if not stack:  # the call started before the collector did
             return
         start = stack.pop()
-        writer = self.writer
-        writer.rows.append((_CPU_CALL, info[0], tid, len(stack), start, end, info[1], 0, -1))
-        if len(writer.rows) >= self._flush_at:
-            # Callbacks raise no monitoring events, so the writer's own numpy/pyarrow calls
-            # are not recorded as the workload's.
-            self.writer.flush()
+        self.writer.rows.append((_CPU_CALL, info[0], tid, len(stack), start, end, info[1], 0, -1))
+        # Callbacks raise no monitoring events, so a flush's own numpy/pyarrow calls are not
+        # recorded as the workload's.
+        self.writer.maybe_flush()
 
     def _on_call(self, code: Any, offset: int, func: Any, arg0: Any) -> Any:
         if self.paused:
