@@ -30,6 +30,7 @@ ENV_DIRECTORY = "RLSCOPE_DIR"  # set by `rlscope prof`: every Python process und
 ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
 ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
+ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -115,11 +116,13 @@ def enabled() -> bool:
 @contextlib.contextmanager
 def profile(directory: str | os.PathLike[str] | None = None, *, process: str | None = None,
             phase: str | None = None, transitions: bool | None = None,
-            targets: dict[str, str] | None = None) -> Iterator[None]:
+            targets: dict[str, str] | None = None, gpu: bool | str | None = None) -> Iterator[None]:
     """Profile the block into ``directory``.
 
     ``targets`` adds modules whose calls count as transitions, e.g. ``{"mysim": "simulator"}``
-    (prefix match on the module name; categories ``backend`` or ``simulator``).
+    (prefix match on the module name; categories ``backend`` or ``simulator``). ``gpu=False``
+    skips GPU collection (CUPTI and NVML); by default it runs wherever a GPU is visible, and
+    ``gpu="runtime,kernels"`` traces a subset of runtime API, driver API and kernels/copies.
 
     Under ``rlscope prof`` the process is already being profiled into the directory it chose:
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
@@ -138,7 +141,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
         yield
         return
     spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
-    _session = session = _start(Path(directory), process, phase, transitions, spec)
+    _session = session = _start(Path(directory), process, phase, transitions, spec, gpu)
     try:
         yield
     except BaseException:
@@ -150,7 +153,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
 
 
 def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None,
-           targets: str = "") -> Any:
+           targets: str = "", gpu: bool | str | None = None) -> Any:
     from rlscope.collect.python import parse_targets
     from rlscope.collect.session import Session
 
@@ -158,7 +161,7 @@ def _start(directory: Path, process: str | None, phase: str | None, transitions:
         transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
     extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
     session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
-                      transitions=transitions, targets=extra)
+                      transitions=transitions, targets=extra, gpu=gpu)
     session.start()
     return session
 

@@ -89,18 +89,20 @@ def _is_trace(directory: Path) -> bool:
               help="Trace directory (default: output/traces/<script>-<time>).")
 @click.option("--transitions/--no-transitions", default=True, show_default=True,
               help="Record every call from Python into ML backends and simulators.")
+@click.option("--gpu/--no-gpu", default=True, show_default=True,
+              help="Record CUDA API calls, kernels and copies (CUPTI) and GPU utilisation (NVML) where a GPU is.")
 @click.option("--process", default=None, help="Process name in results (default: the script's name).")
 @click.option("--target", "targets", multiple=True, metavar="MODULE=CATEGORY",
               help="Also count calls into MODULE (prefix) as backend or simulator, e.g. --target mysim=simulator.")
 @click.option("--analyze/--no-analyze", "then_analyze", default=True, show_default=True,
               help="Analyze the trace when the command ends.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def prof(output_dir: Path | None, transitions: bool, process: str | None, targets: tuple[str, ...],
+def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | None, targets: tuple[str, ...],
          then_analyze: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
     from rlscope.collect.launch import run_profiled
 
-    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, process=process,
+    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, gpu=gpu, process=process,
                                    targets=list(targets))
     click.echo(f"trace: {trace_dir}", err=True)
     if then_analyze and _is_trace(trace_dir):
@@ -121,8 +123,8 @@ def _analyze(trace_dir: Path) -> None:
 
     tables = analyze_trace(trace_dir)
     write_tables(tables, trace_dir / ANALYSIS_DIR)
-    click.echo(format_summary(tables["breakdown"], tables["transitions"]))
-    click.echo(f"tables: {trace_dir / ANALYSIS_DIR}/{{breakdown,transitions}}.{{csv,parquet}}")
+    click.echo(format_summary(tables["breakdown"], tables["transitions"], tables["gpu"]))
+    click.echo(f"tables: {trace_dir / ANALYSIS_DIR}/{{{','.join(tables)}}}.{{csv,parquet}}")
 
 
 @cli.command()

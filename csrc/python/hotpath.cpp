@@ -35,6 +35,12 @@ inline int64_t now_ns() {
     return static_cast<int64_t>(ts.tv_sec) * 1000000000LL + ts.tv_nsec;
 }
 
+// Layout of the "rlscope.correlation_hooks" capsule exported by rlscope._cupti.
+struct CorrelationHooks {
+    void (*push)(int64_t);
+    void (*pop)();
+};
+
 struct Info {
     int64_t category = 0;  // 0: not a target
     int64_t name = 0;
@@ -189,6 +195,19 @@ public:
         const int64_t sid = id_of(name.ptr());
         Py_INCREF(name.ptr());
         stacks_[PyThread_get_thread_ident()].push_back(Frame{name.ptr(), sid, start});
+        if (hooks_) hooks_->push(sid);
+    }
+
+    // GPU attribution: call these on every enter/exit (rlscope._cupti's external correlation
+    // push/pop, passed as a capsule), or stop calling them (None).
+    void set_correlation_hooks(nb::object capsule) {
+        if (capsule.is_none()) {
+            hooks_ = nullptr;
+            return;
+        }
+        void *p = PyCapsule_GetPointer(capsule.ptr(), "rlscope.correlation_hooks");
+        if (!p) throw nb::python_error();
+        hooks_ = static_cast<const CorrelationHooks *>(p);
     }
 
     // The calling thread's open operations, outermost first: [(name, start_ns), ...].
@@ -211,6 +230,7 @@ public:
         if (top.sid != id_of(name.ptr())) return nb::borrow(top.name);
         stack.pop_back();
         Py_DECREF(top.name);
+        if (hooks_) hooks_->pop();
         const int64_t row[kWidth] = {kOperation, 0, tid, static_cast<int64_t>(stack.size()), top.start, end, top.sid,
                                      0, -1};
         rows_.insert(rows_.end(), row, row + kWidth);
@@ -284,6 +304,7 @@ private:
     std::unordered_map<unsigned long, std::vector<Frame>> stacks_;
     std::vector<int64_t> rows_;
     int64_t last_step_ = -1;
+    const CorrelationHooks *hooks_ = nullptr;
 };
 
 }  // namespace
@@ -319,6 +340,7 @@ NB_MODULE(_hotpath, m) {
         .def(nb::init<nb::callable, nb::callable, size_t>(), "symbol"_a, "on_full"_a, "flush_rows"_a)
         .def("enter", &Operations::enter, "name"_a)
         .def("push", &Operations::push, "name"_a, "start_ns"_a, "Reopen an operation (in a forked child).")
+        .def("set_correlation_hooks", &Operations::set_correlation_hooks, "hooks"_a.none())
         .def("current_stack", &Operations::current_stack)
         .def("exit", &Operations::exit, "name"_a,
              "Close ``name``; returns None, or the name still open inside it (empty: nothing was open).")

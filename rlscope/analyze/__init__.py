@@ -7,21 +7,28 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.harness.files import write_atomic
 from rlscope.trace.reader import read_trace
 
-__all__ = ["analyze_trace", "write_tables", "breakdown", "transitions", "ANALYSIS_DIR"]
+__all__ = ["analyze_trace", "write_tables", "breakdown", "transitions", "ANALYSIS_DIR", "TABLES"]
 
 ANALYSIS_DIR = "analysis"
+TABLES = ("breakdown", "transitions", "gpu", "utilisation")
 
 
 def analyze_trace(directory: Path) -> dict[str, pd.DataFrame]:
-    """Breakdown and transition tables over every process of the trace at ``directory``."""
-    tables = [analyze_process(p) for p in read_trace(directory)]
+    """Every table over every process of the trace at ``directory``: breakdown, transitions,
+    gpu (work per operation) and utilisation (GPU-bound vs NVML over time); the last two are
+    empty for a trace without GPU activity."""
+    processes = read_trace(directory)
+    tables = [analyze_process(p) for p in processes]
     return {
         "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
         "transitions": pd.concat([t for _, t in tables], ignore_index=True),
+        "gpu": pd.concat([gpu_by_operation(p) for p in processes], ignore_index=True),
+        "utilisation": pd.concat([utilisation_timeline(p) for p in processes], ignore_index=True),
     }
 
 

@@ -20,7 +20,8 @@ import pandas as pd
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import Category, Kind
 
-__all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "breakdown", "transitions", "ThreadSweep", "sweep_thread"]
+__all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "outermost", "breakdown", "transitions", "ThreadSweep",
+           "sweep_thread"]
 
 CPU_LAYERS = ("Python", "Backend", "Simulator", "CUDA API", "none")
 _PYTHON, _BACKEND, _SIMULATOR, _CUDA_API, _NO_CPU = range(5)
@@ -155,6 +156,15 @@ _TRANSITIONS = {
 }
 
 
+def outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
+    """Mask of intervals not inside an earlier-starting one."""
+    order = np.lexsort((-ends, starts))  # at equal starts the longer (outer) one first
+    reach = np.maximum.accumulate(ends[order])
+    inside = np.zeros(len(starts), dtype=bool)
+    inside[order[1:]] = ends[order][1:] <= reach[:-1]
+    return ~inside
+
+
 def _dense(codes: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
     """Name codes used -> dense indices; returns (index of length n_names + 1, codes used)."""
     used = np.unique(codes[codes >= 0])
@@ -241,6 +251,9 @@ def _transition_rows(sw: ThreadSweep, ev: _Events, op_index: np.ndarray, op_labe
             mask &= ev.category == category
         if not mask.any():
             continue
+        if kind == int(Kind.CUDA_API):  # a runtime call and the driver calls inside it are one transition
+            api = np.flatnonzero(mask)
+            mask[api[~outermost(ev.start[api], ev.end[api])]] = False
         seg = np.minimum(sw.lo[mask], len(sw.op) - 1)
         op = op_index[ev.operation[mask]] if kind == int(Kind.GPU_KERNEL) else sw.op[seg]
         counts = np.bincount(sw.phase[seg].astype(np.int64) * n_ops + op)

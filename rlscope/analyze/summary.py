@@ -7,7 +7,7 @@ import pandas as pd
 __all__ = ["format_summary"]
 
 
-def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame) -> str:
+def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.DataFrame | None = None) -> str:
     """Per process and operation of the main thread: total seconds and % in each resource set."""
     main = breakdown[breakdown["thread"] == "main"]
     if main.empty:
@@ -25,4 +25,10 @@ def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame) -> str:
                                    aggfunc="sum", fill_value=0)
         lines += [f"transitions ({'per iteration' if value == 'per_iteration' else 'total'}):",
                   counts.round(2).to_string()]
+    if gpu is not None and not gpu.empty:
+        table = gpu.pivot_table(index=["process", "operation"], columns="activity", values=["count", "time_ns"],
+                                aggfunc="sum", fill_value=0)
+        table["time_ns"] = table["time_ns"] / 1e6
+        table = table.rename(columns={"time_ns": "ms"}, level=0)
+        lines += ["GPU work per operation (count, ms):", table.round(3).to_string()]
     return "\n".join(lines)

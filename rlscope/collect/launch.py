@@ -13,7 +13,7 @@ import subprocess
 import time
 from pathlib import Path
 
-from rlscope.api import ENV_DIRECTORY, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
+from rlscope.api import ENV_DIRECTORY, ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 
@@ -22,7 +22,7 @@ __all__ = ["run_profiled", "BOOTSTRAP_DIR"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
-def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
+def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True, gpu: bool = True,
                  process: str | None = None, targets: list[str] | None = None) -> tuple[Path, int]:
     """Run ``command`` under profiling; return the trace directory and the command's exit code."""
     if not command:
@@ -37,6 +37,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     env = dict(os.environ)
     env[ENV_DIRECTORY] = str(output_dir)
     env[ENV_TRANSITIONS] = "1" if transitions else "0"
+    if not gpu:
+        env[ENV_GPU] = "0"
     if process:
         env[ENV_PROCESS] = process
     if target_spec:

@@ -17,6 +17,9 @@ from pathlib import Path
 
 import rlscope
 from rlscope import _hotpath
+from rlscope.api import ENV_GPU
+from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
+from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
 from rlscope.errors import NestingError
 from rlscope.harness.files import write_json_atomic
@@ -37,14 +40,18 @@ def _process_name() -> str:
 class Session:
     def __init__(self, directory: str | Path, process: str | None = None, phase: str | None = None,
                  transitions: bool = True, targets: Mapping[str, Category] | None = None,
-                 chunk_events: int = 1 << 16) -> None:
+                 gpu: bool | str | None = None, chunk_events: int = 1 << 16) -> None:
         self.root = Path(directory)
         self.process = process or _process_name()
         self.phase = phase or DEFAULT_PHASE
         self.transitions = transitions
         self.targets = {**DEFAULT_TARGETS, **(targets or {})}
+        self.gpu = parse_gpu_layers(os.environ.get(ENV_GPU) if gpu is None else gpu)
         self.chunk_events = chunk_events
         self._collector: TransitionCollector | None = None
+        self._gpu: GpuCollector | None = None
+        self._sampler: UtilisationSampler | None = None
+        self._forked = False
         self._phase_start = 0
         self.active = False
 
@@ -79,6 +86,13 @@ class Session:
         self.enter = self._ops.enter
         self.exit = self._ops.exit
         self.active = True
+        try:
+            self._start_gpu()
+        except BaseException:
+            self.active = False
+            self._release_recorder()
+            self.writer.close()
+            raise
         if self.transitions:
             self._collector = TransitionCollector(self.writer, self.targets)
             self._collector.start()
@@ -89,6 +103,7 @@ class Session:
         end = time.perf_counter_ns()
         if self._collector is not None:
             self._collector.stop()
+        self._stop_gpu()
         self.active = False
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
         self._ops.close_step(self.phase, end)
@@ -109,12 +124,40 @@ class Session:
         self.writer.abandon()  # first: stopping the collector below flushes into it
         if self._collector is not None:
             self._collector.stop()
+        if self._gpu is not None:
+            self._gpu.abandon()
+        self._gpu = self._sampler = None  # the sampler's thread did not survive the fork
+        self._forked = True
         inherited = self._ops.current_stack()  # operations this thread had open at the fork
         self._release_recorder()
         self.active = False
         self.start()
         for name, start in inherited:
             self._ops.push(name, start)
+
+    def _start_gpu(self) -> None:
+        """GPU activity and utilisation, before the transition collector so that none of this is recorded."""
+        if not self.gpu:
+            self._meta["gpu"] = {"status": "off", "reason": f"switched off ({ENV_GPU}=0 or gpu=False)"}
+            return
+        if self._forked:  # CUDA and CUPTI do not survive fork(); spawned children trace their GPU work
+            self._meta["gpu"] = {"status": "off", "reason": "forked child process"}
+            return
+        gpu = GpuCollector(self.dir, self.gpu)
+        if gpu.start(self._ops):
+            self._gpu = gpu
+            self._sampler = UtilisationSampler(self.dir)
+            self._sampler.start()
+            self._meta["utilisation"] = self._sampler.meta
+        self._meta["gpu"] = gpu.meta
+
+    def _stop_gpu(self) -> None:
+        if self._gpu is not None:
+            self._gpu.stop()
+            self._gpu = None
+        if self._sampler is not None:
+            self._sampler.stop()
+            self._sampler = None
 
     # Annotations ----------------------------------------------------------------------------
     # ``enter(name)`` and ``exit(name)`` are the native recorder's methods, bound in start():

@@ -57,16 +57,20 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
 
 
 def draw_profile(trace_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw the breakdown and transition figures of a trace, analysing it first if needed."""
-    from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
+    """Draw the figures of a trace (breakdown, transitions, and GPU utilisation where the trace
+    has GPU activity), analysing it first if needed."""
+    from rlscope.analyze import ANALYSIS_DIR, TABLES, analyze_trace, write_tables
     from rlscope.plot.breakdown import time_breakdown, transition_counts
+    from rlscope.plot.utilisation import utilisation_over_time
 
     tables_dir = trace_dir / ANALYSIS_DIR
     try:
-        tables = {name: pd.read_parquet(tables_dir / f"{name}.parquet") for name in ("breakdown", "transitions")}
+        tables = {name: pd.read_parquet(tables_dir / f"{name}.parquet") for name in TABLES}
     except (OSError, ValueError):
         tables = analyze_trace(trace_dir)
         write_tables(tables, tables_dir)
     written = save_figure(time_breakdown(tables["breakdown"]), out_dir, "time_breakdown")
     written += save_figure(transition_counts(tables["transitions"]), out_dir, "transitions")
+    if not tables["utilisation"].empty:
+        written += save_figure(utilisation_over_time(tables["utilisation"]), out_dir, "gpu_utilisation")
     return written

@@ -5,7 +5,10 @@ CLOCK_MONOTONIC on Linux). In memory a row is nine int64s, in the order of ``ROW
 on disk the same columns are narrowed and ``name`` is dictionary-encoded.
 
 ``depth`` is the nesting depth for operations and native calls; for GPU events (kernels,
-copies, memsets) it holds the CUDA stream, and ``tid`` is the thread that launched them.
+copies, memsets) it holds the CUDA stream, ``category`` the device, and ``tid`` the thread
+that launched them. GPU-side rows (CUDA API calls and later kinds) are written by the native
+CUPTI collector to ``gpu.rows`` (raw int64 rows in this layout) with their names in
+``gpu.names``; the reader merges them into the process's events.
 """
 
 from __future__ import annotations
@@ -14,7 +17,8 @@ import enum
 
 import pyarrow as pa
 
-__all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE"]
+__all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
+           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "UTILISATION_FILE"]
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.arrows"
@@ -32,6 +36,9 @@ class Kind(enum.IntEnum):
     GPU_KERNEL = 5
     GPU_MEMCPY = 6
     GPU_MEMSET = 7
+    CORRELATION = 8  # CUPTI external correlation: API call ``correlation`` ran inside operation ``operation``
+    CUDA_SYNC = 9  # the CPU waiting for the GPU (stream/event/context synchronize); inside a CUDA_API call
+    PROFILER_OVERHEAD = 10  # time CUPTI reports spending on itself (buffer flushes, instrumentation)
 
 
 class Category(enum.IntEnum):
@@ -41,6 +48,10 @@ class Category(enum.IntEnum):
     BACKEND = 1  # ML backend C/C++: torch._C, jaxlib, numpy, ...
     SIMULATOR = 2  # simulator native code: mujoco, ale_py, rlscope._cartpole_cpu, ...
 
+
+GPU_ROWS_FILE = "gpu.rows"
+GPU_NAMES_FILE = "gpu.names"
+UTILISATION_FILE = "utilisation.csv"
 
 ROW_FIELDS = ("kind", "category", "tid", "depth", "start_ns", "end_ns", "name", "correlation", "operation")
 

@@ -1,0 +1,135 @@
+"""GPU-side tables: work per operation, and true GPU-bound time against what NVML reports.
+
+"True GPU-bound time" is the union of kernel, copy and memset intervals on a device: the time
+in which the GPU was doing anything at all for this process. nvidia-smi's ``utilization.gpu``
+counts a sample period as busy if any kernel ran in it, so for RL's tiny kernels separated by
+CPU work it reads far higher than the union; GPM's SM utilisation also weighs how many SMs the
+kernels kept busy.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pandas as pd
+
+from rlscope.analyze.overlap import UNANNOTATED, outermost
+from rlscope.trace.reader import ProcessTrace, operation_at
+from rlscope.trace.schema import Kind
+
+__all__ = ["gpu_by_operation", "utilisation_timeline", "union_ns"]
+
+_ACTIVITY = {
+    int(Kind.GPU_KERNEL): "kernels",
+    int(Kind.GPU_MEMCPY): "memcpy",
+    int(Kind.GPU_MEMSET): "memset",
+    int(Kind.CUDA_API): "CUDA API calls",
+    int(Kind.CUDA_SYNC): "CUDA sync waits",
+}
+
+
+def _merged(starts: np.ndarray, ends: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The union of intervals [start, end) as sorted disjoint blocks (starts, ends)."""
+    order = np.argsort(starts, kind="stable")
+    s, e = starts[order], ends[order]
+    reach = np.maximum.accumulate(e)
+    # An interval opens a new block when it starts after everything before it ended.
+    new = np.ones(len(s), dtype=bool)
+    new[1:] = s[1:] > reach[:-1]
+    block_end = np.zeros(int(new.sum()), dtype=np.int64)
+    np.maximum.at(block_end, np.cumsum(new) - 1, e)
+    return s[new], block_end
+
+
+def union_ns(starts: np.ndarray, ends: np.ndarray) -> int:
+    """Total length of the union of intervals [start, end)."""
+    if len(starts) == 0:
+        return 0
+    bs, be = _merged(starts, ends)
+    return int((be - bs).sum())
+
+
+def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
+    """Per operation: count and time of kernels, copies, memsets, CUDA API calls and sync waits.
+
+    GPU rows are charged to the operation that launched them (CUPTI external correlation).
+    CUDA API calls belong to the operation innermost on their thread when they started; only
+    outermost calls count (cudaLaunchKernel, not also the cuLaunchKernel inside it), and their
+    time is the union over threads. Columns: ``process, operation, activity, count, time_ns``.
+    """
+    ev = trace.events
+    columns = ["process", "operation", "activity", "count", "time_ns"]
+    kinds = ev["kind"].to_numpy()
+    if not np.isin(kinds, list(_ACTIVITY)).any():
+        return pd.DataFrame(columns=columns)
+    names = ev["name"].cat.categories
+    rows = []
+    for kind, label in _ACTIVITY.items():
+        sel = ev[kinds == kind]
+        if sel.empty:
+            continue
+        start, end = sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()
+        if kind in (int(Kind.CUDA_API), int(Kind.CUDA_SYNC)):
+            ops = operation_at(ev, sel["tid"].to_numpy(), sel["start_ns"].to_numpy())
+            if kind == int(Kind.CUDA_API):
+                keep = np.zeros(len(sel), dtype=bool)
+                for tid in np.unique(sel["tid"].to_numpy()):
+                    on = sel["tid"].to_numpy() == tid
+                    keep[np.flatnonzero(on)[outermost(start[on], end[on])]] = True
+                start, end, ops = start[keep], end[keep], ops[keep]
+        else:
+            ops = sel["operation"].to_numpy().astype(np.int64)
+        for op in np.unique(ops):
+            on = ops == op
+            label_op = names[op] if op >= 0 else UNANNOTATED
+            rows.append((trace.process, label_op, label, int(on.sum()), union_ns(start[on], end[on])))
+    return pd.DataFrame(rows, columns=columns)
+
+
+def utilisation_timeline(trace: ProcessTrace, bin_s: float = 0.5) -> pd.DataFrame:
+    """Per device and time bin: true GPU-bound %, nvidia-smi's utilisation % and GPM SM %.
+
+    Columns: ``process, device, time_s`` (bin start, from the start of profiling),
+    ``measure`` (one of ``GPU-bound (kernels+copies)``, ``nvidia-smi utilization.gpu``,
+    ``SM utilisation (GPM)``) and ``percent``.
+    """
+    columns = ["process", "device", "time_s", "measure", "percent"]
+    ev = trace.events
+    t0 = int(trace.meta["start_ns"])
+    t1 = int(trace.meta.get("end_ns") or t0)
+    gpu = ev[ev["kind"].isin([int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)])]
+    if gpu.empty and (trace.utilisation is None or trace.utilisation.empty):
+        return pd.DataFrame(columns=columns)
+    bin_ns = int(bin_s * 1e9)
+    edges = np.arange(t0, max(t1, t0 + 1) + bin_ns, bin_ns)
+    rows = []
+    for device, work in gpu.groupby("category"):
+        busy = _binned_union(work["start_ns"].to_numpy(), work["end_ns"].to_numpy(), edges)
+        width = np.diff(edges).astype(np.float64)
+        width[-1] = max(1, min(bin_ns, t1 - edges[-2]))
+        for i, b in enumerate(busy):
+            rows.append((trace.process, int(device), (edges[i] - t0) / 1e9, "GPU-bound (kernels+copies)",
+                         100.0 * b / width[i]))
+    util = trace.utilisation
+    if util is not None and not util.empty:
+        util = util[(util["time_ns"] >= t0) & (util["time_ns"] <= t1)]
+        which = np.clip(((util["time_ns"] - t0) // bin_ns).to_numpy(), 0, len(edges) - 2)
+        for measure, column in (("nvidia-smi utilization.gpu", "gpu_util_pct"),
+                                ("SM utilisation (GPM)", "sm_util_pct")):
+            values = pd.DataFrame({"device": util["device"].to_numpy(), "bin": which,
+                                   "v": pd.to_numeric(util[column], errors="coerce").to_numpy()}).dropna()
+            for (device, b), v in values.groupby(["device", "bin"])["v"].mean().items():
+                rows.append((trace.process, int(device), (edges[b] - t0) / 1e9, measure, float(v)))
+    return pd.DataFrame(rows, columns=columns)
+
+
+def _binned_union(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np.ndarray:
+    """Per bin [edges[i], edges[i+1]): ns covered by the union of the intervals."""
+    if len(starts) == 0:
+        return np.zeros(len(edges) - 1)
+    bs, be = _merged(starts, ends)
+    # Covered length up to time x is a piecewise-linear function; evaluate it at the edges.
+    cum = np.concatenate(([0], np.cumsum(be - bs)))  # covered length before each block
+    k = np.searchsorted(bs, edges, side="right")  # blocks starting at or before each edge
+    last = np.maximum(k - 1, 0)
+    covered = np.where(k > 0, cum[last] + np.minimum(edges, be[last]) - bs[last], 0)
+    return np.diff(covered).astype(np.float64)

@@ -1,0 +1,145 @@
+"""GPU utilisation as the driver reports it, sampled on a thread while a process is profiled.
+
+Two numbers per GPU and sample, written to ``utilisation.csv`` beside the process's events:
+
+- ``gpu_util_pct``: NVML ``utilization.gpu``, what nvidia-smi shows: the share of the last
+  sample period in which *any* kernel was running, however few SMs it kept busy;
+- ``sm_util_pct``: NVML GPM ``SM_UTIL`` (Hopper and newer): the share of SMs busy over the
+  interval since the previous sample; empty where GPM is not supported.
+
+The analysis sets them against true GPU-bound time (the union of kernel and copy intervals),
+which is RL-Scope's point: for RL's tiny kernels with CPU gaps, nvidia-smi reads high while the
+GPU is mostly idle.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rlscope.trace.schema import UTILISATION_FILE
+
+__all__ = ["UtilisationSampler", "visible_nvml_indices"]
+
+HEADER = "time_ns,device,gpu_util_pct,sm_util_pct\n"
+
+
+def visible_nvml_indices(pynvml: Any) -> list[int]:
+    """NVML indices of the GPUs CUDA_VISIBLE_DEVICES lets this process see (NVML sees all)."""
+    count = pynvml.nvmlDeviceGetCount()
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    if visible is None:
+        return list(range(count))
+    out = []
+    for item in (v.strip() for v in visible.split(",") if v.strip()):
+        if item.isdigit():
+            if int(item) < count:
+                out.append(int(item))
+            continue
+        for i in range(count):
+            uuid = pynvml.nvmlDeviceGetUUID(pynvml.nvmlDeviceGetHandleByIndex(i))
+            uuid = uuid.decode() if isinstance(uuid, bytes) else uuid
+            if uuid.startswith(item) or uuid.startswith("GPU-" + item):
+                out.append(i)
+    return out
+
+
+class UtilisationSampler:
+    """Samples every ``interval_s`` on a daemon thread until :meth:`stop`."""
+
+    def __init__(self, directory: Path, interval_s: float = 0.1) -> None:
+        self.path = directory / UTILISATION_FILE
+        self.interval_s = interval_s
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self.meta: dict[str, Any] = {"file": UTILISATION_FILE, "status": "off"}
+
+    def start(self) -> bool:
+        try:
+            import pynvml
+        except ImportError:
+            self.meta.update(status="unavailable", reason="nvidia-ml-py not installed (pip install 'rlscope[gpu]')")
+            return False
+        try:
+            pynvml.nvmlInit()
+            indices = visible_nvml_indices(pynvml)
+        except pynvml.NVMLError as err:
+            self.meta.update(status="unavailable", reason=f"NVML: {err}")
+            return False
+        self._nvml = pynvml
+        self._devices = [(i, pynvml.nvmlDeviceGetHandleByIndex(i)) for i in indices]
+        self._gpm = {i: self._gpm_supported(h) for i, h in self._devices}
+        self._file = open(self.path, "w", buffering=1)
+        self._file.write(HEADER)
+        self.meta.update(status="on", interval_s=self.interval_s, devices=indices,
+                         gpm=[i for i, ok in self._gpm.items() if ok])
+        self._thread = threading.Thread(target=self._run, name="rlscope-nvml", daemon=True)
+        self._thread.start()
+        return True
+
+    def stop(self) -> dict[str, Any]:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join()
+            self._thread = None
+            self._file.close()
+            self._nvml.nvmlShutdown()
+        return self.meta
+
+    def _gpm_supported(self, handle: Any) -> bool:
+        try:
+            return bool(self._nvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+        except (self._nvml.NVMLError, AttributeError):
+            return False
+
+    def _run(self) -> None:
+        nvml = self._nvml
+        previous = {i: self._gpm_sample(h) for i, h in self._devices if self._gpm[i]}
+        while not self._stop.wait(self.interval_s):
+            lines = []
+            for i, handle in self._devices:
+                now = time.perf_counter_ns()
+                try:
+                    util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+                except nvml.NVMLError:
+                    continue
+                sm = ""
+                if i in previous:
+                    sample = self._gpm_sample(handle)
+                    if sample is not None and previous[i] is not None:
+                        sm = self._sm_util(previous[i], sample)
+                        nvml.nvmlGpmSampleFree(previous[i])
+                    previous[i] = sample
+                lines.append(f"{now},{i},{util},{sm}\n")
+            self._file.write("".join(lines))
+        for sample in previous.values():
+            if sample is not None:
+                nvml.nvmlGpmSampleFree(sample)
+
+    def _gpm_sample(self, handle: Any) -> Any:
+        nvml = self._nvml
+        try:
+            sample = nvml.nvmlGpmSampleAlloc()
+        except nvml.NVMLError:
+            return None
+        try:
+            return nvml.nvmlGpmSampleGet(handle, sample)
+        except nvml.NVMLError:
+            nvml.nvmlGpmSampleFree(sample)
+            return None
+
+    def _sm_util(self, first: Any, second: Any) -> str:
+        nvml = self._nvml
+        request = nvml.c_nvmlGpmMetricsGet_t()
+        request.version = nvml.NVML_GPM_METRICS_GET_VERSION
+        request.numMetrics = 1
+        request.sample1, request.sample2 = first, second
+        request.metrics[0].metricId = nvml.NVML_GPM_METRIC_SM_UTIL
+        try:
+            nvml.nvmlGpmMetricsGet(request)
+        except nvml.NVMLError:
+            return ""
+        return f"{request.metrics[0].value:.2f}"

@@ -1,0 +1,69 @@
+"""The CUPTI collector on a real GPU (run on the lent GPU machine; skipped elsewhere)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+import rlscope
+from rlscope.analyze import analyze_trace
+from rlscope.trace.reader import read_trace
+from rlscope.trace.schema import Kind
+
+pytestmark = pytest.mark.gpu
+
+
+def test_kernels_are_recorded_and_charged_to_their_operation(tmp_path):
+    torch = pytest.importorskip("torch")
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    with rlscope.profile(tmp_path, process="gpu"):
+        for _ in range(10):
+            rlscope.step()
+            with rlscope.operation("compute"):
+                for _ in range(5):
+                    x.mul_(1.0001)
+            with rlscope.operation("readback"):
+                x.sum().item()
+    (proc,) = read_trace(tmp_path)
+    assert proc.meta["gpu"]["status"] == "on", proc.meta["gpu"]
+    assert proc.meta["gpu"]["dropped"] == 0
+    ev = proc.events
+    kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)]
+    names = list(ev["name"].cat.categories)
+    ops = kernels["operation"].map(lambda o: names[o] if o >= 0 else None)
+    assert (ops == "compute").sum() == 50  # mul_ launches exactly one kernel each
+    assert (ops == "readback").sum() >= 10
+    assert (ev["kind"] == int(Kind.GPU_MEMCPY)).sum() >= 10  # .item() copies back
+    api = ev[ev["kind"] == int(Kind.CUDA_API)]
+    assert api["tid"].isin([proc.meta["main_tid"]]).all()
+    # One clock: every kernel starts after the API call that launched it.
+    launch = api.set_index("correlation")["start_ns"]
+    launch = launch[~launch.index.duplicated()]
+    assert (kernels["start_ns"].to_numpy() >= launch.reindex(kernels["correlation"]).to_numpy()).all()
+
+    tables = analyze_trace(tmp_path)
+    gpu = tables["gpu"].set_index(["operation", "activity"])
+    assert gpu.loc[("compute", "kernels"), "count"] == 50
+    assert (tables["breakdown"]["gpu"]).any()
+    cuda = tables["transitions"][tables["transitions"]["transition"] == "Backend->CUDA"]
+    assert cuda.set_index("operation").loc["compute", "count"] >= 50
+
+
+def test_utilisation_is_sampled(tmp_path):
+    torch = pytest.importorskip("torch")
+    pytest.importorskip("pynvml")
+    import time
+
+    x = torch.ones(1 << 20, device="cuda")
+    with rlscope.profile(tmp_path, process="util"):
+        t_end = time.perf_counter() + 0.6
+        while time.perf_counter() < t_end:
+            x.mul_(1.0)
+        torch.cuda.synchronize()
+    (proc,) = read_trace(tmp_path)
+    assert proc.meta["utilisation"]["status"] == "on", json.dumps(proc.meta["utilisation"])
+    assert proc.utilisation is not None and len(proc.utilisation) >= 3
+    util = analyze_trace(tmp_path)["utilisation"]
+    assert {"GPU-bound (kernels+copies)", "nvidia-smi utilization.gpu"} <= set(util["measure"])
