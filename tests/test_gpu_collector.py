@@ -66,6 +66,16 @@ def test_recorded_trace_charges_gpu_work_to_the_launching_operation():
     assert table.loc[("copy", "memcpy"), "count"] == 2
 
 
+def test_recorded_trace_exports_gpu_tracks_with_their_operation(tmp_path):
+    from rlscope.trace.perfetto import export_perfetto
+
+    out = export_perfetto(FIXTURES / "trace", tmp_path / "trace.json")
+    events = json.loads(out.read_text())["traceEvents"]
+    kernels = [e for e in events if e.get("cat") == "kernel"]
+    assert len(kernels) == 3 and {e["args"]["operation"] for e in kernels} == {"compute"}
+    assert {e.get("cat") for e in events} >= {"cuda_runtime", "gpu_memcpy", "overhead", "ac2g"}
+
+
 MAIN_TID = 0x7F00_1234_5678  # like pthread_self(): wider than CUPTI's 32-bit thread ids
 
 
@@ -114,9 +124,12 @@ def test_join_uses_external_correlation_then_falls_back_to_launch_time(tmp_path)
     assert list(api["tid"]) == [MAIN_TID, 4242]  # a thread rlscope never saw keeps CUPTI's id
     assert list(api["name"]) == ["cudaLaunchKernel", "cuLaunchKernel"]
 
-    breakdown = analyze_trace(tmp_path)["breakdown"]
+    tables = analyze_trace(tmp_path)
+    breakdown = tables["breakdown"]
     gpu_time = breakdown[breakdown["gpu"]].groupby("operation")["time_ns"].sum()
     assert gpu_time["a"] == 300 and gpu_time["b"] == 20  # charged in full, wherever the CPU was
+    calls = tables["gpu"].query("activity == 'CUDA API calls'").set_index("operation")["count"]
+    assert calls.to_dict() == {"a": 1, "b": 1}  # the framework thread's call goes to the main thread's "b"
 
 
 def test_torn_gpu_files_keep_what_is_whole(tmp_path):

@@ -52,7 +52,8 @@ def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
     """Per operation: count and time of kernels, copies, memsets, CUDA API calls and sync waits.
 
     GPU rows are charged to the operation that launched them (CUPTI external correlation).
-    CUDA API calls belong to the operation innermost on their thread when they started; only
+    CUDA API calls belong to the operation innermost on their thread when they started (on the
+    main thread, for threads that have no operations); only
     outermost calls count (cudaLaunchKernel, not also the cuLaunchKernel inside it), and their
     time is the union over threads. Columns: ``process, operation, activity, count, time_ns``.
     """
@@ -69,7 +70,12 @@ def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
             continue
         start, end = sel["start_ns"].to_numpy(), sel["end_ns"].to_numpy()
         if kind in (int(Kind.CUDA_API), int(Kind.CUDA_SYNC)):
-            ops = operation_at(ev, sel["tid"].to_numpy(), sel["start_ns"].to_numpy())
+            # Calls from threads without operations (autograd's engine, XLA's dispatch) belong
+            # to the operation open on the main thread, as the GPU work they launch does.
+            tids = sel["tid"].to_numpy()
+            annotated = ev.loc[ev["kind"] == int(Kind.OPERATION), "tid"].unique()
+            tids = np.where(np.isin(tids, annotated), tids, trace.meta.get("main_tid", 0))
+            ops = operation_at(ev, tids, start)
             if kind == int(Kind.CUDA_API):
                 keep = np.zeros(len(sel), dtype=bool)
                 for tid in np.unique(sel["tid"].to_numpy()):

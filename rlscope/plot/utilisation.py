@@ -29,7 +29,7 @@ def utilisation_over_time(utilisation: pd.DataFrame, title: str = "") -> Figure:
         ax.set_ylim(0, 105)
         ax.set_ylabel("utilisation (%)")
         ax.set_title(f"{process} · GPU {device}", fontsize=10)
-        ax.legend(loc="lower right", fontsize=8)
+        ax.legend(loc="upper left", fontsize=8)
         ax.grid(alpha=0.3)
     axes[-1, 0].set_xlabel("time since profiling started (s)")
     fig.suptitle(title or "GPU utilisation: nvidia-smi vs time the GPU was actually busy")

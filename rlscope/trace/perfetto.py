@@ -27,6 +27,8 @@ _CATEGORY = {
     int(Kind.GPU_KERNEL): "kernel",
     int(Kind.GPU_MEMCPY): "gpu_memcpy",
     int(Kind.GPU_MEMSET): "gpu_memset",
+    int(Kind.CUDA_SYNC): "cuda_sync",
+    int(Kind.PROFILER_OVERHEAD): "overhead",
 }
 _GPU_KINDS = {int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)}
 _GPU_PID_OFFSET = 1 << 24  # GPU tracks get their own pseudo-process, as in Kineto traces
@@ -51,7 +53,7 @@ def _process_events(trace: ProcessTrace, base_ns: int) -> list[dict[str, Any]]:
     iteration = 0
     for i, row in enumerate(ev.itertuples(index=False)):
         kind = int(row.kind)
-        if kind == int(Kind.PHASE):
+        if kind in (int(Kind.PHASE), int(Kind.CORRELATION)):
             continue
         if kind == int(Kind.STEP):  # Kineto's iteration marker, so HTA can split by iteration
             tid = tid_map.setdefault(int(row.tid), 1 if row.tid == main else len(tid_map) + 2)
