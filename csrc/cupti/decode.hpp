@@ -27,6 +27,15 @@ enum Kind : int64_t {
 };
 constexpr size_t kWidth = 9;  // kind, category, tid, depth, start_ns, end_ns, name, correlation, operation
 
+// "cudaLaunchKernel_v7000" -> "cudaLaunchKernel": CUPTI's API names carry a version suffix.
+inline std::string without_version(std::string name) {
+    const auto cut = name.rfind("_v");
+    if (cut != std::string::npos && cut + 2 < name.size() &&
+        name.find_first_not_of("0123456789", cut + 2) == std::string::npos)
+        name.resize(cut);
+    return name;
+}
+
 using NextRecordFn = CUptiResult (*)(uint8_t *, size_t, CUpti_Activity **);
 using CallbackNameFn = CUptiResult (*)(CUpti_CallbackDomain, uint32_t, const char **);
 
@@ -165,12 +174,7 @@ private:
             text = name;
         else
             text = std::string(driver ? "driver API " : "runtime API ") + std::to_string(cbid);
-        // Runtime names carry a version suffix ("cudaLaunchKernel_v7000"): drop it.
-        const auto cut = text.rfind("_v");
-        if (cut != std::string::npos && cut + 2 < text.size() &&
-            text.find_first_not_of("0123456789", cut + 2) == std::string::npos)
-            text.resize(cut);
-        const int64_t sid = names.id(text);
+        const int64_t sid = names.id(without_version(text));
         api_names_.emplace(key, sid);
         return sid;
     }

@@ -164,7 +164,9 @@ public:
     Tracer(std::string rows_path, std::string names_path, size_t chunk_rows, size_t buffer_bytes,
            std::string dump_dir)
         : rows_path_(std::move(rows_path)), names_path_(std::move(names_path)), chunk_values_(chunk_rows * kWidth),
-          buffer_bytes_(buffer_bytes), dump_dir_(std::move(dump_dir)) {}
+          buffer_bytes_(buffer_bytes), dump_dir_(std::move(dump_dir)) {
+        rows_.reserve(chunk_values_ * 2);  // a chunk plus one activity buffer's worth, allocated once
+    }
     ~Tracer() {
         if (running_) stop();
         close_files();
@@ -283,11 +285,7 @@ private:
         for (uint32_t cbid = 1; cbid < size; ++cbid) {
             const char *name = nullptr;
             if (g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-            std::string text(name);
-            const auto cut = text.rfind("_v");
-            if (cut != std::string::npos && cut + 2 < text.size() &&
-                text.find_first_not_of("0123456789", cut + 2) == std::string::npos)
-                text.resize(cut);
+            const std::string text = without_version(name);
             for (const std::string &skip : names)
                 if (text == skip && toggle(cbid, 0) == CUPTI_SUCCESS) ++count;
         }
@@ -366,7 +364,7 @@ private:
         if (rows_.empty() || rows_fd_ < 0) return;
         write_all(rows_fd_, rows_.data(), rows_.size() * sizeof(int64_t));
         rows_written_ += rows_.size() / kWidth;
-        rows_.clear();
+        rows_.clear();  // keeps the capacity
     }
 
     // Raw activity buffers, for recording decoder test fixtures (RLSCOPE_CUPTI_DUMP_DIR):
