@@ -30,6 +30,7 @@ ENV_DIRECTORY = "RLSCOPE_DIR"  # set by `rlscope prof`: every Python process und
 ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
 ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
+ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time (calibration's baseline)
 ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -174,6 +175,11 @@ def _start_from_environment() -> None:
         return
     import atexit
 
+    if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
+        from rlscope.collect.session import WallClock
+
+        atexit.register(WallClock(Path(directory), os.environ.get(ENV_PROCESS)).stop)
+        return
     _session = _start(Path(directory), None, None, None)
     atexit.register(_stop_at_exit)
 

@@ -110,20 +110,57 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
     sys.exit(code)
 
 
+@cli.command(context_settings={"ignore_unknown_options": True, "allow_interspersed_args": False})
+@click.option("--output", "output_dir", type=click.Path(path_type=Path), default=None,
+              help="Where calibration.json and the runs go (default: output/calibration/<script>-<time>).")
+@click.option("--repetitions", "-r", type=int, default=3, show_default=True,
+              help="Runs of each configuration (interleaved); 2 or more give a confidence interval.")
+@click.option("--gpu/--no-gpu", default=True, show_default=True, help="Also calibrate CUDA API and GPU records.")
+@click.option("--timeout", "timeout_s", type=float, default=3600, show_default=True, help="Seconds per run.")
+@click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
+def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, command: tuple[str, ...]) -> None:
+    """Measure what each recorded event costs, for `rlscope analyze --corrected`:
+    rlscope calibrate -- python train.py ARGS"""
+    import time
+
+    from rlscope.analyze.calibration import CALIBRATION_FILE
+    from rlscope.collect.calibrate import calibrate as run_calibration
+
+    if output_dir is None:
+        script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
+        output_dir = Path("output") / "calibration" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
+                                            progress=lambda line: click.echo(line, err=True))
+    for event, cost in calibration.costs_ns.items():
+        ci = calibration.ci95_ns.get(event)
+        click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
+    if calibration.repetitions < 2:
+        click.echo("only one complete repetition: no confidence interval; use --repetitions 3 or more", err=True)
+    click.echo(f"calibration: {output_dir / CALIBRATION_FILE}")
+    if failures:
+        click.echo("failed runs (the others were used):\n  " + "\n  ".join(failures), err=True)
+        sys.exit(1)
+
+
 @cli.command()
 @click.argument("trace_dir", type=click.Path(path_type=Path))
-def analyze(trace_dir: Path) -> None:
+@click.option("--corrected", is_flag=True, help="Also subtract rlscope's own overhead (needs a calibration).")
+@click.option("--calibration", "calibration_file", type=click.Path(path_type=Path), default=None,
+              help="calibration.json from `rlscope calibrate` (default: TRACE_DIR/calibration.json).")
+def analyze(trace_dir: Path, corrected: bool, calibration_file: Path | None) -> None:
     """Compute time breakdown and transition tables of TRACE_DIR (into TRACE_DIR/analysis/)."""
-    _analyze(trace_dir)
+    _analyze(trace_dir, (calibration_file or trace_dir / "calibration.json") if corrected else None)
 
 
-def _analyze(trace_dir: Path) -> None:
+def _analyze(trace_dir: Path, calibration_file: Path | None = None) -> None:
     from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
-    from rlscope.analyze.summary import format_summary
+    from rlscope.analyze.summary import format_correction, format_summary
 
-    tables = analyze_trace(trace_dir)
+    tables = analyze_trace(trace_dir, calibration_file)
     write_tables(tables, trace_dir / ANALYSIS_DIR)
     click.echo(format_summary(tables["breakdown"], tables["transitions"], tables["gpu"]))
+    if calibration_file is not None:
+        click.echo(format_correction(tables["breakdown"]))
     click.echo(f"tables: {trace_dir / ANALYSIS_DIR}/{{{','.join(tables)}}}.{{csv,parquet}}")
 
 

@@ -80,10 +80,12 @@ def test_transitions_per_operation_and_iteration() -> None:
         (OP, 0, 40, "inference"), (CALL, 1, 2, "a", BACKEND), (CALL, 3, 4, "b", BACKEND), (API, 3, 4, "launch"),
         (KERNEL, 5, 6, "k", 0, 0, 1, "inference"),
         (OP, 40, 100, "simulation"), (CALL, 41, 42, "s", SIMULATOR),
-    ])
+    ], start=-1)  # the phase starts before the first operation, as profiling does
     frame = transitions(trace)
     got = {(r.operation, r.transition): (r.count, r.per_iteration) for r in frame.itertuples()}
     assert got == {
+        ("inference", "Annotations"): (1, 0.5),
+        ("simulation", "Annotations"): (1, 0.5),
         ("inference", "Python->Backend"): (2, 1.0),
         ("inference", "Backend->CUDA"): (1, 0.5),
         ("inference", "GPU kernels"): (1, 0.5),

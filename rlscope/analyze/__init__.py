@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlscope.analyze.calibration import Calibration, correct_breakdown
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.harness.files import write_atomic
@@ -18,18 +19,25 @@ ANALYSIS_DIR = "analysis"
 TABLES = ("breakdown", "transitions", "gpu", "utilisation")
 
 
-def analyze_trace(directory: Path) -> dict[str, pd.DataFrame]:
+def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str, pd.DataFrame]:
     """Every table over every process of the trace at ``directory``: breakdown, transitions,
     gpu (work per operation) and utilisation (GPU-bound vs NVML over time); the last two are
-    empty for a trace without GPU activity."""
+    empty for a trace without GPU activity. With a ``calibration`` file the breakdown gains
+    ``corrected_ns`` and ``overhead_ns`` (rlscope's own overhead removed)."""
     processes = read_trace(directory)
     tables = [analyze_process(p) for p in processes]
-    return {
+    out = {
         "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
         "transitions": pd.concat([t for _, t in tables], ignore_index=True),
         "gpu": pd.concat([gpu_by_operation(p) for p in processes], ignore_index=True),
         "utilisation": pd.concat([utilisation_timeline(p) for p in processes], ignore_index=True),
     }
+    if calibration is not None:
+        cal = Calibration.load(calibration)
+        for p in processes:
+            cal.check_fits(p.meta)
+        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal)
+    return out
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:

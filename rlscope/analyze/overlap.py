@@ -149,6 +149,7 @@ def sweep_thread(ev: _Events, phases: _Events, start_ns: int, end_ns: int, op_in
 
 
 _TRANSITIONS = {
+    "Annotations": (int(Kind.OPERATION), None),  # not a transition: rlscope's own events, for overhead correction
     "Python->Backend": (int(Kind.CPU_CALL), int(Category.BACKEND)),
     "Python->Simulator": (int(Kind.CPU_CALL), int(Category.SIMULATOR)),
     "Backend->CUDA": (int(Kind.CUDA_API), None),
@@ -285,7 +286,8 @@ def transitions(trace: ProcessTrace) -> pd.DataFrame:
 
     Columns: ``process, thread, phase, operation, transition, count, iterations, per_iteration``
     with transition one of ``Python->Backend``, ``Python->Simulator``, ``Backend->CUDA``
-    (CUDA API calls) and ``GPU kernels``. A transition belongs to the operation innermost at
-    its start; iterations are the ``rlscope.step()`` intervals of the phase.
+    (outermost CUDA API calls) and ``GPU kernels``, plus ``Annotations`` (the operation's own
+    enter/exit pairs, which overhead correction needs). A transition belongs to the operation
+    innermost at its start; iterations are the ``rlscope.step()`` intervals of the phase.
     """
     return analyze_process(trace)[1]

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pandas as pd
 
-__all__ = ["format_summary"]
+__all__ = ["format_summary", "format_correction"]
 
 
 def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.DataFrame | None = None) -> str:
@@ -32,3 +32,14 @@ def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.D
         table = table.rename(columns={"time_ns": "ms"}, level=0)
         lines += ["GPU work per operation (count, ms):", table.round(3).to_string()]
     return "\n".join(lines)
+
+
+def format_correction(breakdown: pd.DataFrame) -> str:
+    """Per process and operation of the main thread: raw and overhead-corrected seconds."""
+    main = breakdown[breakdown["thread"] == "main"]
+    table = main.groupby(["process", "operation"])[["time_ns", "corrected_ns", "overhead_ns"]].sum() / 1e9
+    table.columns = ["raw_s", "corrected_s", "overhead_s"]
+    table["overhead_%"] = (100 * table["overhead_s"] / table["raw_s"]).round(1)
+    total = table[["raw_s", "corrected_s"]].sum()
+    return "\n".join(["time corrected for profiling overhead (s):", table.round(4).to_string(),
+                      f"total: raw {total['raw_s']:.4f} s, corrected {total['corrected_s']:.4f} s"])

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import time
 from pathlib import Path
+from typing import Any
 
-from rlscope.api import ENV_DIRECTORY, ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
+from rlscope.api import ENV_DIRECTORY, ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_WALL_ONLY
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 
@@ -22,9 +23,16 @@ __all__ = ["run_profiled", "BOOTSTRAP_DIR"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
-def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True, gpu: bool = True,
-                 process: str | None = None, targets: list[str] | None = None) -> tuple[Path, int]:
-    """Run ``command`` under profiling; return the trace directory and the command's exit code."""
+def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
+                 gpu: bool | str = True, process: str | None = None, targets: list[str] | None = None,
+                 wall_only: bool = False, stdout: Any = None, timeout_s: float | None = None) -> tuple[Path, int]:
+    """Run ``command`` under profiling; return the trace directory and the command's exit code.
+
+    ``gpu``: True, False, or the GPU layers to trace ("runtime,kernels"); ``wall_only``: record
+    nothing but each process's wall time (the uninstrumented baseline of calibration);
+    ``stdout``: where the command's output goes (both streams), default the terminal;
+    ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
+    """
     if not command:
         raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
     target_spec = ",".join(targets or [])
@@ -37,19 +45,25 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     env = dict(os.environ)
     env[ENV_DIRECTORY] = str(output_dir)
     env[ENV_TRANSITIONS] = "1" if transitions else "0"
-    if not gpu:
-        env[ENV_GPU] = "0"
+    if gpu is not True:
+        env[ENV_GPU] = "0" if gpu is False else str(gpu)
+    if wall_only:
+        env[ENV_WALL_ONLY] = "1"
     if process:
         env[ENV_PROCESS] = process
     if target_spec:
         env[ENV_TARGETS] = target_spec
     env["PYTHONPATH"] = os.pathsep.join(p for p in (str(BOOTSTRAP_DIR), env.get("PYTHONPATH", "")) if p)
     try:
-        proc = subprocess.Popen(command, env=env)
+        proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     except FileNotFoundError as err:
         raise RlscopeError(f"cannot run {command[0]!r}: not found; check the command after `--`") from err
     try:
-        code = proc.wait()
+        code = proc.wait(timeout=timeout_s)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+        raise
     except KeyboardInterrupt:  # the child got the same Ctrl-C; let it write its trace and exit
         proc.send_signal(signal.SIGINT)
         code = proc.wait()

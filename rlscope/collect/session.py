@@ -26,7 +26,7 @@ from rlscope.harness.files import write_json_atomic
 from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
 from rlscope.trace.writer import TraceWriter
 
-__all__ = ["Session", "DEFAULT_PHASE"]
+__all__ = ["Session", "WallClock", "DEFAULT_PHASE"]
 
 DEFAULT_PHASE = "default"
 
@@ -35,6 +35,28 @@ def _process_name() -> str:
     """The script's name; `python -c` and multiprocessing's helpers are just "python"."""
     script = sys.argv[0] if sys.argv else ""
     return Path(script).stem if script and script not in ("-c", "-") else "python"
+
+
+class WallClock:
+    """An uninstrumented process's trace: its wall time, in the same meta.json, and no events.
+
+    Calibration compares the profiled configurations with this; everything else rlscope does
+    stays off, so the process runs as it would without rlscope.
+    """
+
+    def __init__(self, directory: Path, process: str | None = None) -> None:
+        self.start_ns = time.perf_counter_ns()
+        self.dir = directory / f"{process or _process_name()}.{os.getpid()}"
+        self.process = process or _process_name()
+
+    def stop(self) -> None:
+        end = time.perf_counter_ns()
+        self.dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.dir / META_FILE, {
+            "schema_version": SCHEMA_VERSION, "rlscope_version": rlscope.__version__, "process": self.process,
+            "pid": os.getpid(), "host": platform.node(), "python": platform.python_version(),
+            "start_ns": self.start_ns, "end_ns": end, "main_tid": threading.get_ident(), "wall_only": True,
+            "complete": True})
 
 
 class Session:

@@ -65,7 +65,7 @@ def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
 
 def transition_counts(transitions: pd.DataFrame, title: str = "") -> Figure:
     """Grouped bars: transitions per iteration (or in total when no iterations were marked)."""
-    frame = transitions[transitions["thread"] == "main"].copy()
+    frame = transitions[(transitions["thread"] == "main") & (transitions["transition"] != "Annotations")].copy()
     per_iteration = frame["iterations"].gt(0).all() and not frame.empty
     value = "per_iteration" if per_iteration else "count"
     panels = _panels(frame) if not frame.empty else [("no transitions recorded", frame)]

@@ -1,0 +1,94 @@
+"""Workloads whose profiling overhead is corrected and validated (RL-Scope paper, Fig. 11).
+
+    python -m experiments.overhead.loops WORKLOAD STEPS
+
+Each is an ordinary annotated training or collection loop of STEPS / STEP_DIVISOR[WORKLOAD]
+environment steps (one STEPS value then gives runs of similar length across workloads):
+
+- ``gym_numpy``: gymnasium CartPole with a NumPy linear policy (CPU, many tiny native calls);
+- ``sb3_ppo`` / ``sb3_a2c``: stable-baselines3 on CartPole-v1, CPU;
+- ``sb3_ppo_cuda``: stable-baselines3 PPO with its networks on the GPU;
+- ``jax_loop``: a jitted JAX MLP policy stepping a NumPy CartPole (GPU when present).
+"""
+
+from __future__ import annotations
+
+import sys
+
+import numpy as np
+
+import rlscope
+
+STEP_DIVISOR = {"gym_numpy": 1, "sb3_ppo": 25, "sb3_a2c": 25, "sb3_ppo_cuda": 25, "jax_loop": 10}
+WORKLOADS = tuple(STEP_DIVISOR)
+GPU_WORKLOADS = ("sb3_ppo_cuda", "jax_loop")
+
+
+def gym_numpy(steps: int) -> None:
+    import gymnasium as gym
+
+    env = gym.make("CartPole-v1")
+    obs, _ = env.reset(seed=0)
+    weights = np.random.default_rng(0).normal(size=(4, 2))
+    for _ in range(steps):
+        rlscope.step()
+        with rlscope.operation("inference"):
+            action = int(np.argmax(obs @ weights))
+        with rlscope.operation("simulation"):
+            obs, _, terminated, truncated, _ = env.step(action)
+            if terminated or truncated:
+                obs, _ = env.reset()
+
+
+def sb3(steps: int, algorithm: str, device: str) -> None:
+    import stable_baselines3
+    import torch
+
+    torch.set_num_threads(1)
+    cls = getattr(stable_baselines3, algorithm)
+    model = cls("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0)
+    with rlscope.operation("learn"):
+        model.learn(total_timesteps=steps)
+
+
+def jax_loop(steps: int) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from experiments.datacollection.backends.numpy_vec import cartpole_dynamics, terminated_mask
+
+    key = jax.random.PRNGKey(0)
+    w1, w2 = jax.random.normal(key, (4, 64)) * 0.1, jax.random.normal(key, (64, 2)) * 0.1
+
+    @jax.jit
+    def policy(obs: jnp.ndarray) -> jnp.ndarray:
+        return jnp.argmax(jnp.tanh(obs @ w1) @ w2, axis=1)
+
+    rng = np.random.default_rng(0)
+    state = rng.uniform(-0.05, 0.05, size=(1, 4))
+    for _ in range(steps):
+        rlscope.step()
+        with rlscope.operation("inference"):
+            action = np.asarray(policy(jnp.asarray(state, dtype=jnp.float32)))
+        with rlscope.operation("simulation"):
+            state = cartpole_dynamics(state, action == 1)
+            if terminated_mask(state)[0]:
+                state = rng.uniform(-0.05, 0.05, size=(1, 4))
+
+
+def run(workload: str, steps: int) -> None:
+    if workload not in STEP_DIVISOR:
+        raise SystemExit(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
+    steps = max(1, steps // STEP_DIVISOR[workload])
+    if workload == "gym_numpy":
+        gym_numpy(steps)
+    elif workload in ("sb3_ppo", "sb3_a2c"):
+        sb3(steps, workload[4:].upper(), "cpu")
+    elif workload == "sb3_ppo_cuda":
+        sb3(steps, "PPO", "cuda")
+    else:
+        jax_loop(steps)
+
+
+if __name__ == "__main__":
+    run(sys.argv[1], int(sys.argv[2]))

@@ -1,0 +1,172 @@
+"""Overhead calibration and correction: costs recovered from runs with known injected costs,
+correction bounds, the calibration file, and calibrate -> analyze --corrected end to end."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from rlscope.analyze.calibration import (
+    CONFIGS,
+    Calibration,
+    CalibrationWarning,
+    correct_breakdown,
+    derive_costs,
+    machine_fingerprint,
+)
+from rlscope.errors import RlscopeError
+
+TRUE_COSTS = {"annotation": 400.0, "python_call": 1500.0, "cuda_api": 2500.0, "gpu_activity": 900.0}
+COUNTS = {"annotation": 20_000, "python_call": 90_000, "cuda_api": 30_000, "gpu_activity": 12_000}
+
+
+def _runs(base_ns: list[int]) -> list[dict]:
+    """Runs whose wall time is exactly base + sum(count x true cost) of the layers switched on."""
+    runs = []
+    for rep, base in enumerate(base_ns):
+        on: dict[str, int] = {}  # counts above MIN_EVENTS, so every layer gets a cost
+        for config, (_, _, event) in CONFIGS.items():
+            if event is not None:
+                on[event] = COUNTS[event]
+            wall = base + sum(n * TRUE_COSTS[e] for e, n in on.items())
+            runs.append({"config": config, "repetition": rep, "wall_ns": int(wall), "counts": dict(on)})
+    return runs
+
+
+def test_injected_costs_are_recovered_exactly():
+    costs, ci, reps = derive_costs(_runs([2_000_000_000, 2_100_000_000, 1_950_000_000]))
+    assert reps == 3
+    for event, cost in TRUE_COSTS.items():
+        assert costs[event] == pytest.approx(cost)
+        assert ci[event] == pytest.approx(0, abs=1e-6)  # the base drifts, but paired rounds cancel it
+
+
+def test_noise_gives_an_interval_and_one_repetition_gives_none():
+    runs = _runs([2_000_000_000, 2_000_000_000, 2_000_000_000])
+    runs[2]["wall_ns"] += 3_000_000  # repetition 0's transitions run was slower
+    costs, ci, _ = derive_costs(runs)
+    assert ci["python_call"] > 0 and ci["annotation"] == pytest.approx(0, abs=1e-6)
+    _, ci_single, reps = derive_costs(_runs([2_000_000_000]))
+    assert reps == 1 and all(v is None for v in ci_single.values())
+
+
+def test_a_round_missing_a_run_is_left_out():
+    runs = [r for r in _runs([1_000_000_000, 1_000_000_000])
+            if not (r["repetition"] == 1 and r["config"] == "annotations")]
+    _, _, reps = derive_costs(runs)
+    assert reps == 1
+    with pytest.raises(RlscopeError, match="no complete round"):
+        derive_costs([{"config": "annotations", "repetition": 0, "wall_ns": 1, "counts": {}}])
+
+
+def _calibration(**costs: float) -> Calibration:
+    return Calibration(costs_ns=costs, ci95_ns=dict.fromkeys(costs), repetitions=3, machine=machine_fingerprint(),
+                       command=["python", "train.py"], runs=[])
+
+
+def _tables():
+    keys = dict(process="p[1]", thread="main", phase="default")
+    breakdown = pd.DataFrame([
+        {**keys, "operation": "inference", "cpu": "Python", "gpu": False, "resources": "Python", "time_ns": 10_000},
+        {**keys, "operation": "inference", "cpu": "CUDA API", "gpu": False, "resources": "CUDA API", "time_ns": 4_000},
+        {**keys, "operation": "inference", "cpu": "CUDA API", "gpu": True, "resources": "CUDA API+GPU",
+         "time_ns": 3_000},
+        {**keys, "operation": "inference", "cpu": "none", "gpu": True, "resources": "GPU", "time_ns": 7_000},
+        {**keys, "operation": "simulation", "cpu": "Python", "gpu": False, "resources": "Python", "time_ns": 500},
+    ])
+    transitions = pd.DataFrame([
+        {**keys, "operation": "inference", "transition": t, "count": n, "iterations": 1, "per_iteration": n}
+        for t, n in (("Annotations", 2), ("Python->Backend", 4), ("Backend->CUDA", 2), ("GPU kernels", 1))
+    ] + [{**keys, "operation": "simulation", "transition": "Python->Simulator", "count": 10, "iterations": 1,
+          "per_iteration": 10}])
+    return breakdown, transitions
+
+
+def test_correction_takes_each_cost_from_its_layer_and_never_below_zero():
+    breakdown, transitions = _tables()
+    out = correct_breakdown(breakdown, transitions, _calibration(annotation=100, python_call=1000, cuda_api=2500,
+                                                                gpu_activity=1000)).set_index(["operation",
+                                                                                                "resources"])
+    # inference Python: 10000 - 2*100 - 4*1000
+    assert out.loc[("inference", "Python"), "corrected_ns"] == 5_800
+    # inference CUDA API: 2*2500 + 1*1000 = 6000 taken from CPU-only 4000 first, then 2000 from CUDA API+GPU
+    assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 0
+    assert out.loc[("inference", "CUDA API+GPU"), "corrected_ns"] == 1_000
+    assert out.loc[("inference", "GPU"), "corrected_ns"] == 7_000  # GPU time is left as measured
+    assert out.loc[("simulation", "Python"), "corrected_ns"] == 0  # 10 x 1000 > 500: clamped
+    assert (out["corrected_ns"] >= 0).all()
+    assert out["overhead_ns"].sum() == out["time_ns"].sum() - out["corrected_ns"].sum()
+
+
+def test_negative_costs_are_not_added():
+    breakdown, transitions = _tables()
+    out = correct_breakdown(breakdown, transitions, _calibration(annotation=-500))
+    assert (out["corrected_ns"] == out["time_ns"]).all()
+
+
+def test_calibration_file_round_trip_and_mismatch_warning(tmp_path):
+    cal = _calibration(annotation=123.0)
+    cal.save(tmp_path / "calibration.json")
+    back = Calibration.load(tmp_path / "calibration.json")
+    assert back == cal
+    back.check_fits({"host": cal.machine["host"], "rlscope_version": cal.machine["rlscope"]})  # silent
+    with pytest.warns(CalibrationWarning, match="host=.*trace has 'other-box'"):
+        back.check_fits({"host": "other-box", "rlscope_version": cal.machine["rlscope"]})
+    with pytest.warns(CalibrationWarning, match="rlscope"):
+        back.check_fits({"host": cal.machine["host"], "rlscope_version": "0.0.1"})
+    (tmp_path / "bad.json").write_text("{not json")
+    with pytest.raises(RlscopeError, match="not a calibration file"):
+        Calibration.load(tmp_path / "bad.json")
+
+
+@pytest.mark.slow
+def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import math, rlscope\n"
+        "for i in range(3000):\n"
+        "    rlscope.step()\n"
+        "    with rlscope.operation('work'):\n"
+        "        math.sqrt(i); math.floor(i / 3)\n")
+    cal_dir = tmp_path / "cal"
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "2",
+                          "--no-gpu", "--", sys.executable, str(script)], capture_output=True, text=True,
+                         env=cli_env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cal = json.loads((cal_dir / "calibration.json").read_text())
+    assert {r["config"] for r in cal["runs"]} == {"uninstrumented", "annotations", "transitions"}
+    assert set(cal["costs_ns"]) == {"annotation", "python_call"} and cal["repetitions"] == 2
+    assert "ns per event" in run.stdout
+
+    trace = tmp_path / "trace"
+    prof = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace), "--no-analyze",
+                           "--", sys.executable, str(script)], capture_output=True, text=True, env=cli_env,
+                          timeout=300)
+    assert prof.returncode == 0, prof.stderr
+    out = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(trace), "--corrected",
+                          "--calibration", str(cal_dir / "calibration.json")], capture_output=True, text=True,
+                         env=cli_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "time corrected for profiling overhead" in out.stdout
+    table = pd.read_csv(trace / "analysis" / "breakdown.csv")
+    assert {"corrected_ns", "overhead_ns"} <= set(table.columns)
+    assert (table["corrected_ns"] >= 0).all() and (table["corrected_ns"] <= table["time_ns"]).all()
+
+    missing = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(trace), "--corrected"],
+                             capture_output=True, text=True, env=cli_env, timeout=300)
+    assert missing.returncode == 2 and "rlscope calibrate" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):
+    script = tmp_path / "flaky.py"
+    script.write_text("import os, sys\nsys.exit(3 if os.environ.get('RLSCOPE_WALL_ONLY') else 0)\n")
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path / "cal"),
+                          "-r", "1", "--no-gpu", "--", sys.executable, str(script)], capture_output=True, text=True,
+                         env=cli_env, timeout=300)
+    assert run.returncode != 0
+    assert "uninstrumented: exit code 3" in run.stderr and "log.txt" in run.stderr
+    assert (tmp_path / "cal" / "runs" / "0-annotations" / "log.txt").exists()
