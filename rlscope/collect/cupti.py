@@ -148,6 +148,7 @@ class GpuCollector:
         self.meta: dict[str, Any] = {"collector": "cupti", "status": "off"}
         self._tracer: Any = None
         self._ops: Any = None
+        self.library: str | None = None  # path of the libcupti in use, once loaded
 
     def start(self, operations: Any) -> bool:
         """Trace GPU activity from now on and attribute it to ``operations``' innermost entry."""
