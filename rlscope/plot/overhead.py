@@ -10,6 +10,8 @@ import numpy as np
 import pandas as pd
 from matplotlib.figure import Figure
 
+from rlscope.plot.render import note_skipped
+
 __all__ = ["overhead_correction"]
 
 
@@ -34,9 +36,6 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
                  "calibrated on runs half as long; mean ± sd over repetitions", fontsize=10)
     ax.legend(fontsize=8)
     ax.grid(axis="y", alpha=0.3)
-    skipped = results[results["status"] == "skipped"]
-    if not skipped.empty:
-        reasons = sorted({f"{r['workload']}: {r['reason']}" for _, r in skipped.iterrows()})
-        fig.text(0.01, -0.02, "not run here — " + "; ".join(reasons), fontsize=7, va="top", wrap=True)
+    note_skipped(fig, results, "workload")
     fig.tight_layout()
     return fig

@@ -16,7 +16,15 @@ from rlscope.errors import ResultsError  # noqa: E402
 from rlscope.harness.files import read_json, write_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
 
-__all__ = ["draw_experiment", "draw_profile", "save_figure"]
+__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped"]
+
+
+def note_skipped(fig: plt.Figure, results: pd.DataFrame, label_column: str) -> None:
+    """Say under the figure which runs were skipped here, and why (e.g. "needs a GPU")."""
+    skipped = results[results["status"] == "skipped"]
+    if not skipped.empty:
+        reasons = sorted({f"{r[label_column]}: {r['reason']}" for _, r in skipped.iterrows()})
+        fig.text(0.01, -0.02, "not run here — " + "; ".join(reasons), fontsize=7, va="top", wrap=True)
 
 
 def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:

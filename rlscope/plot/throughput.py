@@ -10,6 +10,8 @@ import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
+from rlscope.plot.render import note_skipped
+
 __all__ = ["throughput_vs_envs", "backend_label"]
 
 _BACKEND_NAMES = {
@@ -45,9 +47,6 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
                  f"{meta.get('scale', '')} scale, mean ± sd over repetitions", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="implementation (device)", fontsize=8, title_fontsize=8)
-    skipped = results[results["status"] == "skipped"]
-    if not skipped.empty:
-        reasons = sorted({f"{r['backend']}: {r['reason']}" for _, r in skipped.iterrows()})
-        fig.text(0.01, -0.02, "not run here — " + "; ".join(reasons), fontsize=7, va="top", wrap=True)
+    note_skipped(fig, results, "backend")
     fig.tight_layout()
     return fig
