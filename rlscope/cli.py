@@ -117,8 +117,12 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
               help="Runs of each configuration (interleaved); 2 or more give a confidence interval.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Also calibrate CUDA API and GPU records.")
 @click.option("--timeout", "timeout_s", type=float, default=3600, show_default=True, help="Seconds per run.")
+@click.option("--lengths", default=None, metavar="A,B",
+              help="Run at two workload sizes, put where the command says {length}: separates per-process "
+                   "from per-event costs, e.g. --lengths 1000,2000 -- python train.py --steps {length}.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, command: tuple[str, ...]) -> None:
+def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, lengths: str | None,
+              command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
     import time
@@ -130,10 +134,13 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
         script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
         output_dir = Path("output") / "calibration" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
-                                            progress=lambda line: click.echo(line, err=True))
+                                            progress=lambda line: click.echo(line, err=True),
+                                            lengths=lengths.split(",") if lengths else None)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
-        click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
+        fixed = calibration.fixed_ns.get(event)
+        click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else "")
+                   + (f", {fixed / 1e6:.1f} ms per process" if fixed is not None else ""))
     if calibration.repetitions < 2:
         click.echo("only one complete repetition: no confidence interval; use --repetitions 3 or more", err=True)
     click.echo(f"calibration: {output_dir / CALIBRATION_FILE}")

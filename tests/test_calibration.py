@@ -38,26 +38,53 @@ def _runs(base_ns: list[int]) -> list[dict]:
 
 
 def test_injected_costs_are_recovered_exactly():
-    costs, ci, reps = derive_costs(_runs([2_000_000_000, 2_100_000_000, 1_950_000_000]))
+    costs, ci, reps, _ = derive_costs(_runs([2_000_000_000, 2_100_000_000, 1_950_000_000]))
     assert reps == 3
     for event, cost in TRUE_COSTS.items():
         assert costs[event] == pytest.approx(cost)
         assert ci[event] == pytest.approx(0, abs=1e-6)  # the base drifts, but paired rounds cancel it
 
 
+FIXED = {"annotation": 0.0, "python_call": 40e6, "cuda_api": 5e6, "gpu_activity": 0.0}  # per process, ns
+
+
+def test_two_lengths_separate_per_process_from_per_event_costs():
+    runs = []
+    for rep, base in enumerate([2_000_000_000, 2_300_000_000]):
+        for length, scale in ((1000, 1), (2000, 2)):
+            on: dict[str, int] = {}
+            for config, (_, _, event) in CONFIGS.items():
+                if event is not None:
+                    on[event] = COUNTS[event] * scale
+                wall = base * scale + sum(n * TRUE_COSTS[e] + FIXED[e] for e, n in on.items())
+                runs.append({"config": config, "repetition": rep, "length": length, "wall_ns": int(wall),
+                             "counts": dict(on)})
+    costs, _, reps, fixed = derive_costs(runs)
+    assert reps == 2
+    for event in TRUE_COSTS:
+        assert costs[event] == pytest.approx(TRUE_COSTS[event])
+        assert fixed[event] == pytest.approx(FIXED[event], abs=1e-3)
+    breakdown, transitions = _tables()
+    cal = _calibration(annotation=0.0)
+    cal.fixed_ns = {"python_call": 9_000.0}
+    out = correct_breakdown(breakdown, transitions, cal).set_index(["operation", "resources"])
+    assert out.loc[("inference", "Python"), "corrected_ns"] == 1_000  # the largest Python row pays first
+    assert out.loc[("simulation", "Python"), "corrected_ns"] == 500
+
+
 def test_noise_gives_an_interval_and_one_repetition_gives_none():
     runs = _runs([2_000_000_000, 2_000_000_000, 2_000_000_000])
     runs[2]["wall_ns"] += 3_000_000  # repetition 0's transitions run was slower
-    costs, ci, _ = derive_costs(runs)
+    costs, ci, _, _ = derive_costs(runs)
     assert ci["python_call"] > 0 and ci["annotation"] == pytest.approx(0, abs=1e-6)
-    _, ci_single, reps = derive_costs(_runs([2_000_000_000]))
+    _, ci_single, reps, _ = derive_costs(_runs([2_000_000_000]))
     assert reps == 1 and all(v is None for v in ci_single.values())
 
 
 def test_a_round_missing_a_run_is_left_out():
     runs = [r for r in _runs([1_000_000_000, 1_000_000_000])
             if not (r["repetition"] == 1 and r["config"] == "annotations")]
-    _, _, reps = derive_costs(runs)
+    _, _, reps, _ = derive_costs(runs)
     assert reps == 1
     with pytest.raises(RlscopeError, match="no complete round"):
         derive_costs([{"config": "annotations", "repetition": 0, "wall_ns": 1, "counts": {}}])
@@ -170,3 +197,11 @@ def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):
     assert run.returncode != 0
     assert "uninstrumented: exit code 3" in run.stderr and "log.txt" in run.stderr
     assert (tmp_path / "cal" / "runs" / "0-annotations" / "log.txt").exists()
+
+
+def test_lengths_need_a_place_in_the_command(tmp_path, cli_env):
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path), "--lengths",
+                          "1000,2000", "--", sys.executable, "train.py", "--steps", "1000"], capture_output=True,
+                         text=True, env=cli_env, timeout=120)
+    assert run.returncode == 2
+    assert "{length}" in run.stderr and "Traceback" not in run.stderr

@@ -1,8 +1,9 @@
 """Overhead-correction validation (RL-Scope paper, Fig. 11), one workload per run.
 
-Calibrate on a run of ``calibration_steps``, then profile a run of ``validation_steps`` (a
-different length, as RL-Scope's subtraction validation did) and compare its corrected total
-with an uninstrumented run of the same length:
+Calibrate on runs of ``calibration_steps`` (with ``two_lengths``, also half that, to separate
+per-process from per-event costs), then profile a run of ``validation_steps`` (a different
+length, as RL-Scope's subtraction validation did) and compare its corrected total with an
+uninstrumented run of the same length:
 
     error = (corrected - uninstrumented) / uninstrumented
 
@@ -27,7 +28,8 @@ def _total_ns(breakdown: Any, column: str) -> float:
 
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
-                        calibration_repetitions: int = 3, gpu: bool = True) -> dict[str, Any]:
+                        calibration_repetitions: int = 3, gpu: bool = True, two_lengths: bool = False
+                        ) -> dict[str, Any]:
     """Calibrate, validate once; return the corrected and raw errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
@@ -41,8 +43,10 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
         root = Path(tmp)
-        calibration, failures = calibrate(command + [str(calibration_steps)], root / "calibration",
-                                          calibration_repetitions, gpu=gpu, progress=lambda line: None)
+        lengths = [str(calibration_steps // 2), str(calibration_steps)] if two_lengths else [str(calibration_steps)]
+        calibration, failures = calibrate(command + ["{length}"] if two_lengths else command + lengths,
+                                          root / "calibration", calibration_repetitions, gpu=gpu,
+                                          progress=lambda line: None, lengths=lengths if two_lengths else None)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         validation = command + [str(validation_steps)]
@@ -64,4 +68,5 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "raw_error_pct": 100 * (raw - base_ns) / base_ns,
         "corrected_error_pct": 100 * (corrected - base_ns) / base_ns,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
+        **{f"fixed_{event}_ms": fixed / 1e6 for event, fixed in calibration.fixed_ns.items()},
     }

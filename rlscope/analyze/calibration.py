@@ -31,6 +31,7 @@ import numpy as np
 import pandas as pd
 
 import rlscope
+from rlscope.analyze.overlap import UNANNOTATED
 from rlscope.errors import RlscopeError
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
@@ -86,7 +87,8 @@ class Calibration:
     repetitions: int
     machine: dict[str, Any]
     command: list[str]
-    runs: list[dict[str, Any]]  # one per configuration x repetition: config, repetition, wall_ns, counts
+    runs: list[dict[str, Any]]  # one per configuration x repetition (x length): config, repetition, wall_ns, counts
+    fixed_ns: dict[str, float] = dataclasses.field(default_factory=dict)  # per process, per layer (two lengths)
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -117,28 +119,44 @@ def machine_fingerprint() -> dict[str, Any]:
             "processor": platform.processor() or platform.machine()}
 
 
-def derive_costs(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float | None], int]:
-    """Per-event costs from calibration runs (see the module docstring), with 95% half-widths.
+def derive_costs(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float | None], int,
+                                                   dict[str, float]]:
+    """Per-event costs from calibration runs (see the module docstring), with 95% half-widths,
+    the number of complete repetitions, and per-process fixed costs.
 
-    ``runs``: dicts with ``config``, ``repetition``, ``wall_ns`` and ``counts`` (event type ->
-    count). Configurations absent from the runs (no GPU) give no cost for their event type.
+    ``runs``: dicts with ``config``, ``repetition``, ``wall_ns``, ``counts`` (event type ->
+    count) and optionally ``length`` (the workload's size). Runs at one length give costs per
+    event only. Runs at two lengths also separate what a layer costs once per process (set-up,
+    first calls of each call site) from what it costs per event: the difference between the
+    lengths is all per-event cost. Configurations absent from the runs (no GPU) give no cost.
     """
     frame = pd.DataFrame(runs)
+    if "length" not in frame:
+        frame["length"] = 0
     present = [c for c in CONFIGS if c in set(frame["config"])]
+    lengths = sorted(set(frame["length"]))
     per_rep: dict[str, list[float]] = {}
-    reps = sorted(set(frame["repetition"]))
-    for rep in reps:
-        rows = {r["config"]: r for r in runs if r["repetition"] == rep}
-        if any(c not in rows for c in present):
+    fixed_rep: dict[str, list[float]] = {}
+    for rep in sorted(set(frame["repetition"])):
+        rows = {(r["config"], r.get("length", 0)): r for r in runs if r["repetition"] == rep}
+        if any((c, n) not in rows for c in present for n in lengths):
             continue  # a failed run breaks this round's pairing
         costs: dict[str, float] = {}
         for prev, config in zip(present, present[1:]):
             event = CONFIGS[config][2]
-            before, after = rows[prev], rows[config]
-            delta = after["wall_ns"] - before["wall_ns"]
-            delta -= sum((after["counts"].get(e, 0) - before["counts"].get(e, 0)) * c for e, c in costs.items())
-            n = after["counts"].get(event, 0)
-            costs[event] = delta / n if n >= MIN_EVENTS else 0.0
+            deltas, counts = [], []
+            for length in (lengths[0], lengths[-1]):
+                before, after = rows[(prev, length)], rows[(config, length)]
+                delta = after["wall_ns"] - before["wall_ns"]
+                delta -= sum((after["counts"].get(e, 0) - before["counts"].get(e, 0)) * c for e, c in costs.items())
+                deltas.append(delta)
+                counts.append(after["counts"].get(event, 0))
+            if len(lengths) > 1:
+                grown = counts[1] - counts[0]
+                costs[event] = (deltas[1] - deltas[0]) / grown if grown >= MIN_EVENTS else 0.0
+                fixed_rep.setdefault(event, []).append(deltas[0] - costs[event] * counts[0])
+            else:
+                costs[event] = deltas[0] / counts[0] if counts[0] >= MIN_EVENTS else 0.0
         for event, cost in costs.items():
             per_rep.setdefault(event, []).append(cost)
     if not per_rep:
@@ -147,7 +165,8 @@ def derive_costs(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str
     means = {e: float(np.mean(v)) for e, v in per_rep.items()}
     ci = {e: (float(_T975[min(len(v), 31) - 2] * np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
           for e, v in per_rep.items()}
-    return means, ci, min(len(v) for v in per_rep.values())
+    fixed = {e: float(np.mean(v)) for e, v in fixed_rep.items()}
+    return means, ci, min(len(v) for v in per_rep.values()), fixed
 
 
 def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
@@ -167,6 +186,18 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
             remove = n * cost
             match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
             for idx in sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])):
+                taken = min(out.at[idx, "corrected_ns"], remove)
+                out.at[idx, "corrected_ns"] -= taken
+                remove -= taken
+                if remove <= 0:
+                    break
+    fixed = sum(max(v, 0.0) for v in calibration.fixed_ns.values())
+    if fixed > 0:  # once per process: from its main thread's Python time, start-up ("(unannotated)") first
+        for process in out["process"].unique():
+            remove = fixed
+            python = out[(out["process"] == process) & (out["thread"] == "main") & (out["cpu"] == "Python")]
+            order = sorted(python.index, key=lambda i: (out.at[i, "operation"] != UNANNOTATED, -out.at[i, "time_ns"]))
+            for idx in order:
                 taken = min(out.at[idx, "corrected_ns"], remove)
                 out.at[idx, "corrected_ns"] -= taken
                 remove -= taken
