@@ -125,14 +125,11 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
               command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
-    import time
-
     from rlscope.analyze.calibration import CALIBRATION_FILE
     from rlscope.collect.calibrate import calibrate as run_calibration
+    from rlscope.collect.launch import default_output
 
-    if output_dir is None:
-        script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
-        output_dir = Path("output") / "calibration" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    output_dir = output_dir or default_output(list(command), "calibration")
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
                                             progress=lambda line: click.echo(line, err=True),
                                             lengths=lengths.split(",") if lengths else None)

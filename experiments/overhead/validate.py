@@ -38,8 +38,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
 
-    if workload in GPU_WORKLOADS and gpu_unavailable_reason() is not None:
-        raise SkipRun(f"needs a GPU: {gpu_unavailable_reason()}")
+    if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
+        raise SkipRun(f"needs a GPU: {reason}")
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
         root = Path(tmp)

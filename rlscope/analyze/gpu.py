@@ -63,6 +63,7 @@ def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
     if not np.isin(kinds, list(_ACTIVITY)).any():
         return pd.DataFrame(columns=columns)
     names = ev["name"].cat.categories
+    annotated = ev.loc[kinds == int(Kind.OPERATION), "tid"].unique()
     rows = []
     for kind, label in _ACTIVITY.items():
         sel = ev[kinds == kind]
@@ -73,13 +74,11 @@ def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
             # Calls from threads without operations (autograd's engine, XLA's dispatch) belong
             # to the operation open on the main thread, as the GPU work they launch does.
             tids = sel["tid"].to_numpy()
-            annotated = ev.loc[ev["kind"] == int(Kind.OPERATION), "tid"].unique()
-            tids = np.where(np.isin(tids, annotated), tids, trace.meta.get("main_tid", 0))
-            ops = operation_at(ev, tids, start)
+            ops = operation_at(ev, np.where(np.isin(tids, annotated), tids, trace.meta.get("main_tid", 0)), start)
             if kind == int(Kind.CUDA_API):
                 keep = np.zeros(len(sel), dtype=bool)
-                for tid in np.unique(sel["tid"].to_numpy()):
-                    on = sel["tid"].to_numpy() == tid
+                for tid in np.unique(tids):
+                    on = tids == tid
                     keep[np.flatnonzero(on)[outermost(start[on], end[on])]] = True
                 start, end, ops = start[keep], end[keep], ops[keep]
         else:

@@ -66,9 +66,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     if repetitions < 1:
         raise RlscopeError(f"--repetitions {repetitions}: need at least 1 (3 or more for a confidence interval)")
     configs = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
-    if gpu and gpu_unavailable_reason() is not None:
+    if gpu and (reason := gpu_unavailable_reason()) is not None:
         configs = [c for c in configs if c not in GPU_CONFIGS]
-        progress(f"no GPU here ({gpu_unavailable_reason()}): calibrating the CPU-side events only")
+        progress(f"no GPU here ({reason}): calibrating the CPU-side events only")
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
     sizes: list[str | None] = list(lengths) or [None]

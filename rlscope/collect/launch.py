@@ -18,9 +18,15 @@ from rlscope.api import ENV_DIRECTORY, ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TR
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 
-__all__ = ["run_profiled", "BOOTSTRAP_DIR"]
+__all__ = ["run_profiled", "default_output", "BOOTSTRAP_DIR"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+
+
+def default_output(command: list[str], kind: str) -> Path:
+    """output/<kind>/<script>-<time>: named after the command's script, e.g. output/traces/train-20261122-1200."""
+    script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
+    return Path("output") / kind / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
 
 
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
@@ -38,8 +44,7 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     target_spec = ",".join(targets or [])
     parse_targets(target_spec)  # a typo is reported now, not once per child process
     if output_dir is None:
-        script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
-        output_dir = Path("output") / "traces" / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+        output_dir = default_output(command, "traces")
     output_dir = output_dir.resolve()
     output_dir.mkdir(parents=True, exist_ok=True)
     env = dict(os.environ)
