@@ -199,7 +199,7 @@ def rl_loop(steps: int, annotate: bool) -> None:
     """NumPy CartPole step, batch-1 MLP inference on the GPU, backprop every 32 steps."""
     import torch
 
-    from experiments.datacollection.backends.numpy_vec import cartpole_dynamics, terminated_mask
+    from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
 
     torch.manual_seed(0)
     rng = np.random.default_rng(0)

@@ -18,14 +18,21 @@ _import_all()
 N = 64
 RTOL, ATOL = 1e-5, 1e-6
 BAND = 1e-5  # done flags may differ only this close to a threshold (float32 rounding)
+GPU_ONLY = {"cuda", "torch_graph"}
+# Every backend; those that need a GPU run as `gpu` tests (on the device, skipped in CI).
+ALL = [pytest.param(name, marks=pytest.mark.gpu) if name in GPU_ONLY else name for name in sorted(BACKENDS)]
 
 
 def backend_options(name: str) -> dict:
-    return {"threads": 2, "min_envs_per_thread": 8} if name == "cpp" else {}
+    if name == "cpp":
+        return {"threads": 2, "min_envs_per_thread": 8}
+    return {"device": "cuda"} if name in GPU_ONLY else {}
 
 
 def as_numpy(x) -> np.ndarray:
-    return x.cpu().numpy() if isinstance(x, torch.Tensor) else np.asarray(x)
+    if isinstance(x, torch.Tensor):
+        return x.cpu().numpy()
+    return x.get() if hasattr(x, "get") else np.asarray(x)  # CuPy arrays copy to the host with get()
 
 
 def reference_step(states: np.ndarray, actions: np.ndarray, elapsed: np.ndarray):
@@ -53,7 +60,7 @@ def near_threshold(obs: np.ndarray) -> np.ndarray:
         np.abs(np.abs(obs[:, 2]) - CARTPOLE.theta_threshold) < BAND)
 
 
-@pytest.mark.parametrize("name", sorted(BACKENDS))
+@pytest.mark.parametrize("name", ALL)
 def test_one_step_matches_gymnasium_over_random_states(name: str) -> None:
     rng = np.random.default_rng(7)
     backend = make_backend(name, N, seed=1, **backend_options(name))
@@ -73,7 +80,7 @@ def test_one_step_matches_gymnasium_over_random_states(name: str) -> None:
         assert ref_term.any() and not ref_term.all(), "the sample should cover both outcomes"
 
 
-@pytest.mark.parametrize("name", sorted(BACKENDS))
+@pytest.mark.parametrize("name", ALL)
 def test_done_envs_reset_in_the_same_step(name: str) -> None:
     backend = make_backend(name, N, seed=3, **backend_options(name))
     backend.reset()
@@ -94,7 +101,7 @@ def test_done_envs_reset_in_the_same_step(name: str) -> None:
     np.testing.assert_allclose(obs[~done], final[~done])
 
 
-@pytest.mark.parametrize("name", sorted(BACKENDS))
+@pytest.mark.parametrize("name", ALL)
 def test_reset_is_uniform_in_bounds_and_seeded(name: str) -> None:
     a = as_numpy(make_backend(name, N, seed=5, **backend_options(name)).reset())
     b = as_numpy(make_backend(name, N, seed=5, **backend_options(name)).reset())
@@ -122,7 +129,7 @@ def test_cpp_state_is_shared_without_copies() -> None:
 
 
 def test_unknown_backend_lists_known_ones() -> None:
-    with pytest.raises(ValueError, match="known: cpp, gymnasium, numpy, torch"):
+    with pytest.raises(ValueError, match="known: cpp, cuda, gymnasium, jax, numpy, torch, torch_graph"):
         make_backend("nope", 1)
 
 

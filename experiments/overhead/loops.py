@@ -55,7 +55,7 @@ def jax_loop(steps: int) -> None:
     import jax
     import jax.numpy as jnp
 
-    from experiments.datacollection.backends.numpy_vec import cartpole_dynamics, terminated_mask
+    from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
 
     key = jax.random.PRNGKey(0)
     w1, w2 = jax.random.normal(key, (4, 64)) * 0.1, jax.random.normal(key, (64, 2)) * 0.1

@@ -92,6 +92,28 @@ class CartPoleBackend(abc.ABC):
     def synchronize(self) -> None:
         """Wait for queued device work, so a timer that stops next measures completed steps."""
 
+    def rollout(self, policy: Any, obs: Any, fused_steps: int) -> Any:
+        """Collect ``fused_steps`` steps with ``policy`` choosing every action; return the last obs.
+
+        This default is the eager loop (one round of Python->backend calls per step); backends
+        that can hand the whole loop to the backend in one call (JAX ``lax.scan``, a captured
+        CUDA graph) override it, which is what the K-step amortisation figures measure.
+        """
+        for _ in range(fused_steps):
+            actions = policy(self.to_policy(obs)).argmax(dim=1)
+            obs = self.step(self.from_policy(actions)).obs
+        return obs
+
+    def simulate(self, fused_steps: int) -> None:
+        """Advance ``fused_steps`` steps with uniformly random actions (simulation only).
+
+        The default steps from Python; backends that fuse or batch the K steps override it.
+        """
+        if not hasattr(self, "_action_rng"):
+            self._action_rng = np.random.default_rng(self.seed)
+        for _ in range(fused_steps):
+            self.step(self._action_rng.integers(0, 2, self.num_envs))
+
 
 BACKENDS: dict[str, type[CartPoleBackend]] = {}
 
@@ -116,4 +138,12 @@ def make_backend(name: str, num_envs: int, seed: int = 0, **options: Any) -> Car
 
 def _import_all() -> None:
     # Backends register on import; each module imports its heavy framework lazily.
-    from experiments.datacollection.backends import cpp, gymnasium_loop, numpy_vec, torch_vec  # noqa: F401
+    from experiments.datacollection.backends import (  # noqa: F401
+        cpp,
+        cuda,
+        gymnasium_loop,
+        jax_vec,
+        numpy_vec,
+        torch_graph,
+        torch_vec,
+    )

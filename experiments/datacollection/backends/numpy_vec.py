@@ -8,30 +8,9 @@ import numpy as np
 
 from experiments.datacollection.backends.base import CARTPOLE as P
 from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
 
-__all__ = ["NumpyVectorized", "cartpole_dynamics"]
-
-
-def cartpole_dynamics(state: Any, push_right: Any, xp: Any = np) -> Any:
-    """One explicit-Euler step of gymnasium's CartPole for N states; ``xp`` is numpy or torch."""
-    x, x_dot, theta, theta_dot = state[:, 0], state[:, 1], state[:, 2], state[:, 3]
-    force = xp.where(push_right, P.force_mag, -P.force_mag)
-    costheta = xp.cos(theta)
-    sintheta = xp.sin(theta)
-    temp = (force + P.polemass_length * theta_dot * theta_dot * sintheta) / P.total_mass
-    thetaacc = (P.gravity * sintheta - costheta * temp) / (
-        P.length * (4.0 / 3.0 - P.masspole * costheta * costheta / P.total_mass)
-    )
-    xacc = temp - P.polemass_length * thetaacc * costheta / P.total_mass
-    return xp.stack(
-        (x + P.tau * x_dot, x_dot + P.tau * xacc, theta + P.tau * theta_dot, theta_dot + P.tau * thetaacc), 1
-    )
-
-
-def terminated_mask(state: Any) -> Any:
-    """Strict thresholds on position and angle, as gymnasium."""
-    x, theta = state[:, 0], state[:, 2]
-    return (x < -P.x_threshold) | (x > P.x_threshold) | (theta < -P.theta_threshold) | (theta > P.theta_threshold)
+__all__ = ["NumpyVectorized"]
 
 
 @register
