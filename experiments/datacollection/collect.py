@@ -1,8 +1,11 @@
 """Data-collection workload: N CartPole envs stepped with an MLP policy choosing every action.
 
 Throughput is ``num_envs * steps / seconds`` over the timed steps only, after ``warmup_steps``
-untimed ones, with device work finished before the clock stops. Reset steps are counted (same-
-step autoreset makes every step produce one sample per environment).
+untimed ones (at least one call; they include JIT / NVRTC compilation and CUDA-graph capture), with device work
+finished before the clock stops. Reset steps are counted (same-step autoreset makes every
+step produce one sample per environment). ``fused_steps`` = K hands K steps to the backend per
+Python call where the backend can take them (JAX ``lax.scan``, a CUDA graph); elsewhere the K
+steps are an eager loop. ``steps`` is rounded up to whole calls of K.
 """
 
 from __future__ import annotations
@@ -13,7 +16,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun
 
-__all__ = ["data_collection", "resolve_device"]
+__all__ = ["data_collection", "resolve_device", "backend_options"]
 
 
 def resolve_device(device: str) -> str:
@@ -27,6 +30,15 @@ def resolve_device(device: str) -> str:
     return device
 
 
+def backend_options(backend: str, device: str, threads: int = 0, **knobs: Any) -> dict[str, Any]:
+    """Constructor options for ``backend``: the device, the C++ thread count, the S/C knobs."""
+    options: dict[str, Any] = {"device": device}
+    if backend == "cpp":
+        options["threads"] = threads
+    options.update({k: v for k, v in knobs.items() if v is not None})
+    return options
+
+
 def data_collection(
     backend: str,
     num_envs: int,
@@ -37,6 +49,7 @@ def data_collection(
     hidden: int = 64,
     seed: int = 0,
     torch_threads: int = 0,
+    fused_steps: int = 1,
 ) -> dict[str, Any]:
     """Run ``steps`` timed steps of policy inference + simulation; return throughput and counts."""
     import torch
@@ -46,33 +59,25 @@ def data_collection(
 
     if torch_threads:
         torch.set_num_threads(torch_threads)
+    steps = -(-steps // fused_steps) * fused_steps  # whole calls of K steps: round up
     device = resolve_device(device)
-    options: dict[str, Any] = {"device": device}
-    if backend == "cpp":
-        options["threads"] = threads
-    env = make_backend(backend, num_envs, seed, **options)
+    env = make_backend(backend, num_envs, seed, **backend_options(backend, device, threads))
     policy = make_policy(hidden, device, seed)
 
-    episodes = 0
     obs = env.reset()
     with torch.inference_mode():
-        for step in range(warmup_steps + steps):
-            if step == warmup_steps:
-                env.synchronize()
-                started = time.perf_counter()
-                episodes = 0
-            actions = policy(env.to_policy(obs)).argmax(dim=1)
-            transition = env.step(env.from_policy(actions))
-            obs = transition.obs
-            episodes += transition.terminated
+        for _ in range(max(1, warmup_steps // fused_steps)):  # at least one call: compiles for K
+            obs = env.rollout(policy, obs, fused_steps)
+        env.synchronize()
+        started = time.perf_counter()
+        for _ in range(steps // fused_steps):
+            obs = env.rollout(policy, obs, fused_steps)
         env.synchronize()
         seconds = time.perf_counter() - started
-    finished = int(episodes.sum())
     return {
         "samples_per_s": num_envs * steps / seconds,
         "seconds": seconds,
         "samples": num_envs * steps,
-        "episodes_finished": finished,
         "device": device,
         "threads": getattr(env, "threads", 1),
         "torch_threads": torch.get_num_threads(),

@@ -3,7 +3,8 @@
 Layout written under ``OUTPUT/<experiment>/``::
 
     experiment.json            the resolved manifest (what `rlscope plot` reads)
-    results.csv                one row per run x repetition (skipped runs: one row, status=skipped)
+    results.csv                one row per run x repetition (x the workload's own "rows", if it
+                               returns any; skipped runs: one row, status=skipped)
     runs/<run-id>/config.json  what the run was asked to do
     runs/<run-id>/log.txt      everything it printed
     runs/<run-id>/result.json  its metrics, written atomically by the worker
@@ -225,6 +226,8 @@ def collect_results(manifest: Manifest, experiment_dir: Path) -> pd.DataFrame:
             continue
         result = read_json(run_dir / "result.json")
         base = {"run_id": point.run_id, **point.params, "status": result["status"], "reason": result.get("reason", "")}
-        reps = result.get("repetitions") or [{}]
-        rows.extend({**base, **rep} for rep in reps)
+        for rep in result.get("repetitions") or [{}]:
+            # A workload that measures a sub-grid in one process returns it under "rows".
+            shared = {k: v for k, v in rep.items() if k != "rows"}
+            rows.extend({**base, **shared, **sub} for sub in rep.get("rows") or [{}])
     return pd.DataFrame(rows)

@@ -7,6 +7,11 @@ imported only when drawn, so validating a manifest does not import matplotlib.
 FIGURES: dict[str, str] = {
     "throughput_vs_envs": "rlscope.plot.throughput:throughput_vs_envs",
     "overhead_correction": "rlscope.plot.overhead:overhead_correction",
+    "breakdown_vs_fused_steps": "rlscope.plot.datacollection:breakdown_vs_fused_steps",
+    "transitions_vs_fused_steps": "rlscope.plot.datacollection:transitions_vs_fused_steps",
+    "fusion_throughput": "rlscope.plot.datacollection:fusion_throughput",
+    "fusion_speedup_grid": "rlscope.plot.datacollection:fusion_speedup_grid",
+    "simulator_comparison": "rlscope.plot.datacollection:simulator_comparison",
 }
 
 __all__ = ["FIGURES"]

@@ -9,11 +9,11 @@ from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
 
-__all__ = ["time_breakdown", "transition_counts", "STACK_ORDER"]
+__all__ = ["time_breakdown", "transition_counts", "stack_label", "STACK_ORDER", "LAYER_COLORS"]
 
 # Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
 STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "CPU + GPU", "GPU")
-_COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
+LAYER_COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
            "CPU + GPU": "#dd8452", "GPU": "#937860"}
 
 
@@ -22,7 +22,8 @@ def _ordered(operations: pd.Index) -> list[str]:
     return [o for o in operations if o != UNANNOTATED] + [o for o in operations if o == UNANNOTATED]
 
 
-def _stack_label(cpu: str, gpu: bool) -> str:
+def stack_label(cpu: str, gpu: bool) -> str:
+    """The layer a breakdown row is drawn in: its CPU layer, or CPU + GPU, or GPU alone."""
     if gpu:
         return "GPU" if cpu == "none" else "CPU + GPU"
     return cpu
@@ -37,7 +38,7 @@ def _panels(frame: pd.DataFrame) -> list[tuple[str, pd.DataFrame]]:
 def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
     """Stacked bars: seconds per operation, split by the resources active (main thread)."""
     frame = breakdown[breakdown["thread"] == "main"].copy()
-    frame["stack"] = [_stack_label(c, g) for c, g in zip(frame["cpu"], frame["gpu"])]
+    frame["stack"] = [stack_label(c, g) for c, g in zip(frame["cpu"], frame["gpu"])]
     panels = _panels(frame)
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.0, 4.2 * len(panels)), 4.6), squeeze=False)
     for ax, (label, group) in zip(axes[0], panels):
@@ -46,7 +47,7 @@ def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
         bottom = np.zeros(len(table))
         for layer in STACK_ORDER:
             if layer in table:
-                ax.bar(table.index, table[layer], bottom=bottom, label=layer, color=_COLORS[layer])
+                ax.bar(table.index, table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
                 bottom += table[layer].to_numpy()
         total = bottom.sum()
         for x, height in enumerate(bottom):

@@ -18,7 +18,10 @@ _BACKEND_NAMES = {
     "gymnasium": "gymnasium, N envs in a Python loop",
     "numpy": "NumPy vectorised",
     "cpp": "C++ multi-threaded",
-    "torch": "PyTorch vectorised",
+    "torch": "PyTorch vectorised (eager)",
+    "torch_graph": "PyTorch, K steps in a CUDA graph",
+    "jax": "JAX / XLA (lax.scan over K steps)",
+    "cuda": "CUDA kernel (K steps per launch)",
 }
 
 

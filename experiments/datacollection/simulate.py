@@ -1,0 +1,83 @@
+"""Simulation-only workloads (random actions, no policy): the kernel-fusion and simulator-
+complexity studies of the paper's section 4 (Figs. 8 and 9).
+
+Throughput is ``num_envs * K * calls / seconds``: one call of ``simulate(K)`` advances every
+environment K steps; calls repeat until ``min_seconds`` have passed, after one untimed call
+that compiles (JIT, NVRTC, graph capture), with the device drained before the clock stops.
+Reset steps are counted.
+"""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+__all__ = ["simulation", "simulator_complexity", "time_simulation"]
+
+
+def time_simulation(env: Any, fused_steps: int, min_seconds: float) -> tuple[float, int]:
+    """Seconds and calls of ``env.simulate(fused_steps)`` repeated for at least ``min_seconds``.
+
+    The device is drained only at doubling checkpoints (1, 2, 4, ... calls), so waiting for it
+    does not dominate short calls."""
+    env.simulate(fused_steps)
+    env.synchronize()
+    calls, checkpoint = 0, 1
+    started = time.perf_counter()
+    while True:
+        env.simulate(fused_steps)
+        calls += 1
+        if calls == checkpoint:
+            env.synchronize()
+            seconds = time.perf_counter() - started
+            if seconds >= min_seconds:
+                return seconds, calls
+            checkpoint *= 2
+
+
+def simulation(backend: str, num_envs: int, fused_steps: int = 1, state_factor: int = 1,
+               compute_factor: int = 1, device: str = "auto", min_seconds: float = 0.5,
+               precise: bool = True, seed: int = 0) -> dict[str, Any]:
+    """Steps/s of ``backend`` simulating N envs, K steps per call, at state/compute factors S, C."""
+    from experiments.datacollection.backends import make_backend
+    from experiments.datacollection.collect import backend_options, resolve_device
+
+    device = resolve_device(device)
+    knobs: dict[str, Any] = {}
+    if (state_factor, compute_factor) != (1, 1):
+        knobs = {"state_factor": state_factor, "compute_factor": compute_factor}
+    if backend == "cuda":
+        knobs["precise"] = precise
+    env = make_backend(backend, num_envs, seed, **backend_options(backend, device, **knobs))
+    env.reset()
+    seconds, calls = time_simulation(env, fused_steps, min_seconds)
+    steps = num_envs * fused_steps * calls
+    return {"steps_per_s": steps / seconds, "seconds": seconds, "calls": calls, "env_steps": steps,
+            "device": device}
+
+
+def simulator_complexity(num_envs: int, state_factor: int, fused_steps: list[int] | str,
+                         compute_factors: list[int] | str, backend: str = "cuda", device: str = "auto",
+                         min_seconds: float = 0.2, seed: int = 0) -> dict[str, Any]:
+    """Fig. 9 for one (N, S): steps/s for every K x C, and the fusion speedup over K = 1.
+
+    One process measures the whole K x C sub-grid so the per-process start-up (imports, CUDA
+    context) is paid once; returns one row per (K, C)."""
+    ks, cs = _ints(fused_steps), _ints(compute_factors)
+    rows = []
+    for c in cs:
+        base = None
+        for k in sorted(ks):
+            result = simulation(backend, num_envs, k, state_factor, c, device, min_seconds, seed=seed)
+            base = result["steps_per_s"] if k == 1 else base
+            rows.append({"fused_steps": k, "compute_factor": c, "steps_per_s": result["steps_per_s"],
+                         "fusion_speedup": result["steps_per_s"] / base if base else float("nan"),
+                         "seconds": result["seconds"]})
+    return {"rows": rows, "device": device}
+
+
+def _ints(values: list[int] | str) -> list[int]:
+    """Manifest parameters are scalars, so lists arrive as "1,10,100" text."""
+    if isinstance(values, str):
+        return [int(v) for v in values.split(",") if v.strip()]
+    return [int(v) for v in values]
