@@ -46,16 +46,13 @@ __device__ __forceinline__ unsigned next_random(unsigned& s) {
 // Random actions: 31 bits of one draw serve 31 steps. The unused bits stay in a second word per
 // environment (above a sentinel 1 bit), so K launches of one step and one launch of K steps see
 // the same actions and the same resets.
-__device__ __forceinline__ bool random_action(unsigned& seed, unsigned& bits) {
-  if (bits <= 1u) bits = next_random(seed) | 0x80000000u;
-  const bool push_right = bits & 1u;
-  bits >>= 1;
-  return push_right;
+__device__ __forceinline__ unsigned refill_bits(unsigned& seed, unsigned bits) {
+  return bits <= 1u ? next_random(seed) | 0x80000000u : bits;
 }
 
-// 16 random bits -> uniform in [-0.05, 0.05): the bits become the mantissa of a float in [1, 2).
+// 16 random bits -> uniform in [-0.05, 0.05) on a grid of 0.1 / 65536.
 __device__ __forceinline__ float reset_value(unsigned bits16) {
-  return fmaf(__int_as_float(0x3f800000u | (bits16 << 7)), 0.1f, -0.15f);
+  return fmaf(__uint2float_rn(bits16), 0.1f / 65536.0f, -0.05f);
 }
 
 __device__ __forceinline__ State fresh_state(unsigned& rng) {
@@ -79,20 +76,32 @@ __device__ __forceinline__ void sin_cos(float theta, float* s, float* c) {
   }
 }
 
+// The one true division of a step. Divisions by constants are multiplications by their
+// reciprocals (computed at compile time) in both modes.
 template <bool PRECISE>
 __device__ __forceinline__ float divide(float a, float b) {
-  return PRECISE ? a / b : __fdividef(a, b);
+  if (PRECISE) return a / b;
+  float r;
+  asm("rcp.approx.ftz.f32 %0, %1;" : "=f"(r) : "f"(b));
+  return a * r;
 }
+
+constexpr float kInvTotalMass = 1.0f / kTotalMass;
+// gymnasium's constant sub-expressions folded (the compiler may not reassociate float math):
+// length * (4/3 - masspole * cos^2 / total_mass) = kDenomA - kDenomB * cos^2.
+constexpr float kDenomA = kLength * 4.0f / 3.0f;
+constexpr float kDenomB = kLength * kMassPole / kTotalMass;
+constexpr float kPoleMassLengthPerMass = kPoleMassLength / kTotalMass;
 
 // One explicit-Euler step of length tau, exactly gymnasium's order of operations.
 template <bool PRECISE>
 __device__ __forceinline__ State euler(State s, float force, float tau) {
   float sintheta, costheta;
   sin_cos<PRECISE>(s.theta, &sintheta, &costheta);
-  const float temp = divide<PRECISE>(force + kPoleMassLength * s.theta_dot * s.theta_dot * sintheta, kTotalMass);
+  const float temp = (force + kPoleMassLength * s.theta_dot * s.theta_dot * sintheta) * kInvTotalMass;
   const float thetaacc = divide<PRECISE>(kGravity * sintheta - costheta * temp,
-                                         kLength * (4.0f / 3.0f - kMassPole * costheta * costheta / kTotalMass));
-  const float xacc = temp - divide<PRECISE>(kPoleMassLength * thetaacc * costheta, kTotalMass);
+                                         kDenomA - kDenomB * costheta * costheta);
+  const float xacc = temp - kPoleMassLengthPerMass * (thetaacc * costheta);
   return {s.x + tau * s.x_dot, s.x_dot + tau * xacc, s.theta + tau * s.theta_dot, s.theta_dot + tau * thetaacc};
 }
 
@@ -104,8 +113,10 @@ __device__ __forceinline__ State physics(State s, bool push_right) {
   return s;
 }
 
+// Strict thresholds, as gymnasium (|v| > t is v < -t or v > t for every non-NaN v). Bitwise |,
+// not ||: both tests are cheaper than a branch between them.
 __device__ __forceinline__ bool terminated(const State& s) {
-  return s.x < -kXThreshold || s.x > kXThreshold || s.theta < -kThetaThreshold || s.theta > kThetaThreshold;
+  return (fabsf(s.x) > kXThreshold) | (fabsf(s.theta) > kThetaThreshold);
 }
 
 template <int S>
@@ -156,15 +167,22 @@ __global__ void __launch_bounds__(256) cartpole_simulate(float* __restrict__ sta
   unsigned action_bits = rng[n + i];
   int finished = 0;
   bool was_reset = false;
+  // Blocks of steps that need no new random bits, so the refill is not issued every step.
+  for (int k = 0; k < K;) {
+    action_bits = refill_bits(seed, action_bits);
+    const int block = min(31 - __clz(action_bits), K - k);
+    k += block;
 #pragma unroll 4
-  for (int k = 0; k < K; ++k) {
-    s = physics<C, PRECISE>(s, random_action(seed, action_bits));
-    ++steps;
-    if (terminated(s) || steps >= kMaxEpisodeSteps) {
-      s = fresh_state(seed);
-      steps = 0;
-      ++finished;
-      was_reset = true;
+    for (int j = 0; j < block; ++j) {
+      s = physics<C, PRECISE>(s, action_bits & 1u);
+      action_bits >>= 1;
+      ++steps;
+      if (terminated(s) | (steps >= kMaxEpisodeSteps)) {
+        s = fresh_state(seed);
+        steps = 0;
+        ++finished;
+        was_reset = true;
+      }
     }
   }
   store_slots<S>(state, n, i, start, s, was_reset);
