@@ -29,6 +29,11 @@ def backend_options(name: str) -> dict:
     return {"device": "cuda"} if name in GPU_ONLY else {}
 
 
+def device_of(name: str) -> str:
+    """Where the backend's policy actions live (the GPU-only backends take them on the GPU)."""
+    return backend_options(name).get("device", "cpu")
+
+
 def as_numpy(x) -> np.ndarray:
     if isinstance(x, torch.Tensor):
         return x.cpu().numpy()
@@ -70,7 +75,7 @@ def test_one_step_matches_gymnasium_over_random_states(name: str) -> None:
         actions = rng.integers(0, 2, N)
         elapsed = rng.integers(0, 499, N)
         backend.set_state(states, elapsed)
-        t = backend.step(backend.from_policy(torch.as_tensor(actions)))
+        t = backend.step(backend.from_policy(torch.as_tensor(actions, device=device_of(name))))
         ref_obs, ref_reward, ref_term, ref_trunc = reference_step(states, actions, elapsed)
         np.testing.assert_allclose(as_numpy(t.final_obs), ref_obs, rtol=RTOL, atol=ATOL)
         np.testing.assert_array_equal(as_numpy(t.reward), ref_reward)
@@ -90,7 +95,7 @@ def test_done_envs_reset_in_the_same_step(name: str) -> None:
     elapsed = np.zeros(N, dtype=np.int64)
     elapsed[-4:] = 499  # the 500th step truncates
     backend.set_state(states, elapsed)
-    t = backend.step(backend.from_policy(torch.ones(N, dtype=torch.int64)))
+    t = backend.step(backend.from_policy(torch.ones(N, dtype=torch.int64, device=device_of(name))))
     term, trunc = as_numpy(t.terminated), as_numpy(t.truncated)
     obs, final = as_numpy(t.obs), as_numpy(t.final_obs)
     assert term[: N // 2].all() and not term[N // 2:].any()
