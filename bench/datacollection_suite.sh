@@ -37,6 +37,8 @@ fi
 if has manifests; then
   for m in $MANIFESTS; do
     echo "== $m ($SCALE)"
-    $PY -m rlscope.cli run "configs/$m.yaml" --scale "$SCALE" --output "$OUT/runs" 2>&1 | tail -6
+    # SIGINT on time-out: the runner then writes results.csv for the runs that finished.
+    timeout -s INT "${BUDGET_S:-3600}" $PY -m rlscope.cli run "configs/$m.yaml" --scale "$SCALE" \
+      --output "$OUT/runs" 2>&1 | tail -6
   done
 fi
