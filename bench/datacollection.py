@@ -138,7 +138,7 @@ def compare(args: argparse.Namespace) -> None:
         median = statistics.median(values)
         emit({"backend": name, "steps_per_s": median, "min": min(values), "max": max(values),
               "fused_over_this": fused / median, "rounds": len(values),
-              "num_envs": args.cpu_num_envs if name == "gymnasium CartPoleVectorEnv" else (1 if "single" in name else n),
+              "num_envs": {"gymnasium CartPoleVectorEnv": args.cpu_num_envs, "gymnasium single": 1}.get(name, n),
               "fused_steps": 1 if name.startswith(("gymnasium", "cuda unfused")) else k})
     emit({"sm_clock_mhz_during": {"min": min(clocks), "max": max(clocks)},
           "episodes_finished_fused": envs["cuda fused (precise)"].episodes_finished()})
@@ -159,7 +159,8 @@ def roofline(args: argparse.Namespace) -> None:
     """Per-env-step counts from ncu's CSV (one kernel per target) joined with measured rates."""
     import csv
 
-    compare_rows = [json.loads(line) for line in Path(args.compare_json).read_text().splitlines() if line.startswith("{")]
+    lines = Path(args.compare_json).read_text().splitlines()
+    compare_rows = [json.loads(line) for line in lines if line.startswith("{")]
     device = next(r["device"] for r in compare_rows if "device" in r)
     rates = {r["backend"]: r["steps_per_s"] for r in compare_rows if "backend" in r}
     clock = next((r["sm_clock_mhz_during"]["max"] for r in compare_rows if "sm_clock_mhz_during" in r),
@@ -177,7 +178,8 @@ def roofline(args: argparse.Namespace) -> None:
             launch_ids.add(row["ID"])
         launches = max(1, len(launch_ids))
         steps = n * k * launches
-        fp32 = sum(metrics.get(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum", 0) for op in ("fadd", "fmul", "ffma"))
+        fp32 = sum(metrics.get(f"smsp__sass_thread_inst_executed_op_{op}_pred_on.sum", 0)
+                   for op in ("fadd", "fmul", "ffma"))
         thread_inst = metrics.get("smsp__thread_inst_executed.sum", 0)
         warp_inst = metrics.get("smsp__inst_executed.sum", 0)
         fp32_per_step, inst_per_step = fp32 / steps, thread_inst / steps
