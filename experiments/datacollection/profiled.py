@@ -18,10 +18,12 @@ from pathlib import Path
 from typing import Any
 
 import rlscope
+from rlscope.errors import SkipRun
 
 __all__ = ["profiled_collection", "collect_loop", "OPERATION"]
 
 OPERATION = "data_collection"
+SKIPPED_EXIT = 3  # the loop's exit code when its backend cannot run here (reason on stderr's last line)
 
 
 def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int, device: str) -> None:
@@ -64,10 +66,8 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
                                        timeout_s=timeout_s)
         if code != 0:
             text = log_path.read_text()
-            if "SkipRun" in text or code == 3:
-                from rlscope.errors import SkipRun
-
-                raise SkipRun(text.strip().splitlines()[-1].removeprefix("SkipRun: "))
+            if code == SKIPPED_EXIT:
+                raise SkipRun(text.strip().splitlines()[-1])
             raise RuntimeError(f"profiled loop failed (exit {code}):\n{text[-3000:]}")
         tables = analyze_trace(trace)
     frame = tables["breakdown"]
@@ -90,14 +90,12 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
 
 
 def main(argv: list[str]) -> int:
-    from rlscope.errors import SkipRun
-
     backend, num_envs, fused_steps, iterations, device = argv
     try:
         collect_loop(backend, int(num_envs), int(fused_steps), int(iterations), device)
     except SkipRun as skip:
-        print(f"SkipRun: {skip}", file=sys.stderr)
-        return 3
+        print(skip, file=sys.stderr)
+        return SKIPPED_EXIT
     return 0
 
 

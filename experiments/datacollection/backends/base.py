@@ -66,6 +66,7 @@ class CartPoleBackend(abc.ABC):
         self.num_envs = num_envs
         self.seed = seed
         self.device = device
+        self._action_rng = np.random.default_rng(seed)  # random actions of the default simulate()
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> Any:
@@ -109,8 +110,6 @@ class CartPoleBackend(abc.ABC):
 
         The default steps from Python; backends that fuse or batch the K steps override it.
         """
-        if not hasattr(self, "_action_rng"):
-            self._action_rng = np.random.default_rng(self.seed)
         for _ in range(fused_steps):
             self.step(self._action_rng.integers(0, 2, self.num_envs))
 
