@@ -31,11 +31,17 @@ ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
 ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
 ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time (calibration's baseline)
+ENV_WINDOWS = "RLSCOPE_WINDOWS"  # calibration: "MS:LEVEL,..." switches layers on and off (collect/windows.py)
 ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _session: Any = None  # rlscope.collect.session.Session while profiling, else None
+# What step() calls: the session's step while profiling. Kept apart from ``_session`` because
+# calibration switches annotations off for stretches of a run (``_session`` None, exactly as
+# unprofiled) while iterations must still be counted.
+_stepper: Callable[[], None] | None = None
+_bound: Any = None  # the session of this process, whether or not annotations are on just now
 
 
 class _Operation:
@@ -99,19 +105,19 @@ def operation(name: str) -> _Operation:
 
 def set_phase(name: str) -> None:
     """Start a new training phase (e.g. "data_collection", "training"); results are split by phase."""
-    if _session is not None:
-        _session.set_phase(name)
+    if _bound is not None:
+        _bound.set_phase(name)
 
 
 def step() -> None:
     """Mark an iteration boundary, so results can be given per iteration."""
-    if _session is not None:
-        _session.step()
+    if _stepper is not None:
+        _stepper()
 
 
 def enabled() -> bool:
     """Whether this process is being profiled now."""
-    return _session is not None
+    return _bound is not None
 
 
 @contextlib.contextmanager
@@ -129,12 +135,11 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
     the block runs unprofiled.
     """
-    global _session
-    if _session is not None:  # already profiled (rlscope prof, or an outer profile())
+    if _bound is not None:  # already profiled (rlscope prof, or an outer profile())
         if process:
-            _session.process = process
+            _bound.process = process
         if phase:
-            _session.set_phase(phase)
+            _bound.set_phase(phase)
         yield
         return
     directory = directory or os.environ.get(ENV_DIRECTORY)
@@ -142,15 +147,29 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
         yield
         return
     spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
-    _session = session = _start(Path(directory), process, phase, transitions, spec, gpu)
+    session = _start(Path(directory), process, phase, transitions, spec, gpu)
+    _bind(session)
     try:
         yield
     except BaseException:
-        _session = None
+        _bind(None)
         session.stop(check_nesting=False)  # the block's own error is the one to report
         raise
-    _session = None
+    _bind(None)
     session.stop()
+
+
+def _bind(session: Any) -> None:
+    """Make ``session`` (or nothing) the one that annotations and step() report to."""
+    global _session, _stepper, _bound
+    _session = _bound = session
+    _stepper = None if session is None else session.step
+
+
+def _annotate_into(session: Any) -> None:
+    """Send annotations to ``session``, or with None make them no-ops, leaving step() as it is."""
+    global _session
+    _session = session
 
 
 def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None,
@@ -169,9 +188,8 @@ def _start(directory: Path, process: str | None, phase: str | None, transitions:
 
 def _start_from_environment() -> None:
     """Profile this whole process into $RLSCOPE_DIR (called at interpreter start by `rlscope prof`)."""
-    global _session
     directory = os.environ.get(ENV_DIRECTORY)
-    if not directory or _session is not None:
+    if not directory or _bound is not None:
         return
     import atexit
 
@@ -180,7 +198,7 @@ def _start_from_environment() -> None:
 
         atexit.register(WallClock(Path(directory), os.environ.get(ENV_PROCESS)).stop)
         return
-    _session = _start(Path(directory), None, None, None)
+    _bind(_start(Path(directory), None, None, None))
     atexit.register(_stop_at_exit)
 
 
@@ -191,12 +209,14 @@ def _restart_in_child() -> None:
     finalizers inherited from the parent, so the session is closed by a finalizer registered
     from multiprocessing's own after-fork hook.
     """
-    if _session is None:
+    session = _bound
+    if session is None:
         return
-    _session.abandon_after_fork()
+    session.abandon_after_fork()
+    _bind(session)  # the fork may have come while calibration had annotations off
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
-        mp_util.register_after_fork(_session, _close_with_multiprocessing)
+        mp_util.register_after_fork(session, _close_with_multiprocessing)
 
 
 def _close_with_multiprocessing(session: Any) -> None:
@@ -207,7 +227,7 @@ os.register_at_fork(after_in_child=_restart_in_child)
 
 
 def _stop_at_exit() -> None:
-    global _session
-    session, _session = _session, None
+    session = _bound
+    _bind(None)
     if session is not None:
         session.stop()

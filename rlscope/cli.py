@@ -117,11 +117,11 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
               help="Runs of each configuration (interleaved); 2 or more give a confidence interval.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Also calibrate CUDA API and GPU records.")
 @click.option("--timeout", "timeout_s", type=float, default=3600, show_default=True, help="Seconds per run.")
-@click.option("--lengths", default=None, metavar="A,B",
-              help="Run at two workload sizes, put where the command says {length}: separates per-process "
-                   "from per-event costs, e.g. --lengths 1000,2000 -- python train.py --steps {length}.")
+@click.option("--window-ms", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
+              help="Length of the windows in which the CPU-side layers are switched on and off "
+                   "(at rlscope.step() boundaries).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
-def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, lengths: str | None,
+def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
               command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
@@ -131,15 +131,15 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
 
     output_dir = output_dir or default_output(list(command), "calibration")
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
-                                            progress=lambda line: click.echo(line, err=True),
-                                            lengths=lengths.split(",") if lengths else None)
+                                            progress=lambda line: click.echo(line, err=True), window_ms=window_ms)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
-        fixed = calibration.fixed_ns.get(event)
-        click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else "")
-                   + (f", {fixed / 1e6:.1f} ms per process" if fixed is not None else ""))
-    if calibration.repetitions < 2:
-        click.echo("only one complete repetition: no confidence interval; use --repetitions 3 or more", err=True)
+        click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
+    if calibration.blocks:
+        click.echo(f"CPU-side costs from {calibration.blocks} blocks of alternating windows", err=True)
+    if any(ci is None for ci in calibration.ci95_ns.values()):
+        click.echo("too few repetitions for a confidence interval on some costs; use --repetitions 3 or more",
+                   err=True)
     click.echo(f"calibration: {output_dir / CALIBRATION_FILE}")
     if failures:
         click.echo("failed runs (the others were used):\n  " + "\n  ".join(failures), err=True)

@@ -45,9 +45,9 @@ def _no_profiler_left_behind():
 
     yield
     leaks = []
-    if rlscope.api._session is not None:
+    if rlscope.api._bound is not None or rlscope.api._session is not None:
         leaks.append("an rlscope session is still active")
-        rlscope.api._session = None
+        rlscope.api._bind(None)
     if sys.getprofile() is not None:
         leaks.append("a profile function is still installed")
         sys.setprofile(None)

@@ -16,6 +16,7 @@ from rlscope.analyze.calibration import (
     CalibrationWarning,
     correct_breakdown,
     derive_costs,
+    derive_window_costs,
     machine_fingerprint,
 )
 from rlscope.errors import RlscopeError
@@ -38,53 +39,69 @@ def _runs(base_ns: list[int]) -> list[dict]:
 
 
 def test_injected_costs_are_recovered_exactly():
-    costs, ci, reps, _ = derive_costs(_runs([2_000_000_000, 2_100_000_000, 1_950_000_000]))
+    costs, ci, reps = derive_costs(_runs([2_000_000_000, 2_100_000_000, 1_950_000_000]))
     assert reps == 3
     for event, cost in TRUE_COSTS.items():
         assert costs[event] == pytest.approx(cost)
         assert ci[event] == pytest.approx(0, abs=1e-6)  # the base drifts, but paired rounds cancel it
 
 
-FIXED = {"annotation": 0.0, "python_call": 40e6, "cuda_api": 5e6, "gpu_activity": 0.0}  # per process, ns
+def _windows(blocks: int, levels: tuple[int, ...] = (0, 1, 2), annotations_per_it: float = 2.0,
+             calls_per_it: float = 3.0, seed: int = 0) -> list[list[float]]:
+    """Alternating windows in palindromic blocks whose time per iteration is a drifting base (a
+    jump between blocks, linear within one) plus the true costs of the events switched on."""
+    import numpy as np
+
+    rng = np.random.default_rng(seed)
+    windows = []
+    for _ in range(blocks + 1):  # the first block is warm-up and left out
+        base, slope = rng.uniform(8_000, 20_000), rng.uniform(-300, 300)
+        for i, level in enumerate(levels + levels[::-1]):
+            ann = annotations_per_it if level >= 1 else 0.0
+            calls = calls_per_it if level >= 2 else 0.0
+            tau = base + slope * i + ann * TRUE_COSTS["annotation"] + calls * TRUE_COSTS["python_call"]
+            windows.append([level, tau * 500, 500, ann * 500, calls * 500])
+    return windows
 
 
-def test_two_lengths_separate_per_process_from_per_event_costs():
-    runs = []
-    for rep, base in enumerate([2_000_000_000, 2_300_000_000]):
-        for length, scale in ((1000, 1), (2000, 2)):
-            on: dict[str, int] = {}
-            for config, (_, _, event) in CONFIGS.items():
-                if event is not None:
-                    on[event] = COUNTS[event] * scale
-                wall = base * scale + sum(n * TRUE_COSTS[e] + FIXED[e] for e, n in on.items())
-                runs.append({"config": config, "repetition": rep, "length": length, "wall_ns": int(wall),
-                             "counts": dict(on)})
-    costs, _, reps, fixed = derive_costs(runs)
-    assert reps == 2
-    for event in TRUE_COSTS:
+def test_window_costs_are_recovered_exactly_despite_drift():
+    costs, ci, blocks = derive_window_costs([_windows(30), _windows(20, seed=1)])
+    assert blocks == 50
+    for event in ("annotation", "python_call"):
         assert costs[event] == pytest.approx(TRUE_COSTS[event])
-        assert fixed[event] == pytest.approx(FIXED[event], abs=1e-3)
-    breakdown, transitions = _tables()
-    cal = _calibration(annotation=0.0)
-    cal.fixed_ns = {"python_call": 9_000.0}
-    out = correct_breakdown(breakdown, transitions, cal).set_index(["operation", "resources"])
-    assert out.loc[("inference", "Python"), "corrected_ns"] == 1_000  # the largest Python row pays first
-    assert out.loc[("simulation", "Python"), "corrected_ns"] == 500
+        assert ci[event] == pytest.approx(0, abs=1e-6)  # linear drift within a block cancels
+
+
+def test_windows_without_annotations_switched_give_only_the_call_cost():
+    costs, _, _ = derive_window_costs([_windows(30, levels=(1, 2))])
+    assert set(costs) == {"python_call"} and costs["python_call"] == pytest.approx(TRUE_COSTS["python_call"])
+    costs, _, _ = derive_window_costs([_windows(30, calls_per_it=0.0)])  # no calls switched in: no cost
+    assert set(costs) == {"annotation"}
+
+
+def test_window_validation_of_exact_costs_is_zero_error():
+    from experiments.overhead.validate import window_errors
+
+    result = window_errors([_windows(20, levels=(0, 2))], TRUE_COSTS)
+    assert result["window_corrected_error_pct"] == pytest.approx(0, abs=1e-9)
+    assert result["window_raw_error_pct"] > 20 and result["window_blocks"] == 20
+    under = window_errors([_windows(20, levels=(0, 2))], {"python_call": TRUE_COSTS["python_call"]})
+    assert under["window_corrected_error_pct"] > 0  # the annotations' cost left in
 
 
 def test_noise_gives_an_interval_and_one_repetition_gives_none():
     runs = _runs([2_000_000_000, 2_000_000_000, 2_000_000_000])
     runs[2]["wall_ns"] += 3_000_000  # repetition 0's transitions run was slower
-    costs, ci, _, _ = derive_costs(runs)
+    costs, ci, _ = derive_costs(runs)
     assert ci["python_call"] > 0 and ci["annotation"] == pytest.approx(0, abs=1e-6)
-    _, ci_single, reps, _ = derive_costs(_runs([2_000_000_000]))
+    _, ci_single, reps = derive_costs(_runs([2_000_000_000]))
     assert reps == 1 and all(v is None for v in ci_single.values())
 
 
 def test_a_round_missing_a_run_is_left_out():
     runs = [r for r in _runs([1_000_000_000, 1_000_000_000])
             if not (r["repetition"] == 1 and r["config"] == "annotations")]
-    _, _, reps, _ = derive_costs(runs)
+    _, _, reps = derive_costs(runs)
     assert reps == 1
     with pytest.raises(RlscopeError, match="no complete round"):
         derive_costs([{"config": "annotations", "repetition": 0, "wall_ns": 1, "counts": {}}])
@@ -155,19 +172,20 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
     script = tmp_path / "loop.py"
     script.write_text(
         "import math, rlscope\n"
-        "for i in range(3000):\n"
+        "import numpy as np\n"
+        "for i in range(20000):\n"
         "    rlscope.step()\n"
         "    with rlscope.operation('work'):\n"
-        "        math.sqrt(i); math.floor(i / 3)\n")
+        "        np.zeros(2); math.floor(i / 3)\n")
     cal_dir = tmp_path / "cal"
     run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "2",
-                          "--no-gpu", "--", sys.executable, str(script)], capture_output=True, text=True,
-                         env=cli_env, timeout=300)
+                          "--no-gpu", "--window-ms", "1", "--", sys.executable, str(script)], capture_output=True,
+                         text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
-    assert {r["config"] for r in cal["runs"]} == {"uninstrumented", "annotations", "transitions"}
+    assert {r["config"] for r in cal["runs"]} == {"windows"} and cal["blocks"] >= 4
     assert set(cal["costs_ns"]) == {"annotation", "python_call"} and cal["repetitions"] == 2
-    assert "ns per event" in run.stdout
+    assert "ns per event" in run.stdout and "blocks of alternating windows" in run.stderr
 
     trace = tmp_path / "trace"
     prof = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace), "--no-analyze",
@@ -196,12 +214,13 @@ def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):
                          env=cli_env, timeout=300)
     assert run.returncode != 0
     assert "uninstrumented: exit code 3" in run.stderr and "log.txt" in run.stderr
+    assert "calibrating with whole runs" in run.stderr  # no rlscope.step(): nothing to alternate on
     assert (tmp_path / "cal" / "runs" / "0-annotations" / "log.txt").exists()
 
 
-def test_lengths_need_a_place_in_the_command(tmp_path, cli_env):
-    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path), "--lengths",
-                          "1000,2000", "--", sys.executable, "train.py", "--steps", "1000"], capture_output=True,
-                         text=True, env=cli_env, timeout=120)
+def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path), "--window-ms",
+                          "0", "--", sys.executable, "train.py"], capture_output=True, text=True, env=cli_env,
+                         timeout=120)
     assert run.returncode == 2
-    assert "{length}" in run.stderr and "Traceback" not in run.stderr
+    assert "--window-ms" in run.stderr and "Traceback" not in run.stderr

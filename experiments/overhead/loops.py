@@ -41,14 +41,25 @@ def gym_numpy(steps: int) -> None:
 
 
 def sb3(steps: int, algorithm: str, device: str) -> None:
+    """One rlscope.step() per rollout (with the update after it). PPO collects 64 steps per
+    rollout instead of 2048, so that short runs still have many iterations."""
     import stable_baselines3
     import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    class StepPerRollout(BaseCallback):
+        def _on_rollout_start(self) -> None:
+            rlscope.step()
+
+        def _on_step(self) -> bool:
+            return True
 
     torch.set_num_threads(1)
     cls = getattr(stable_baselines3, algorithm)
-    model = cls("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0)
+    options = {"n_steps": 64, "batch_size": 64} if algorithm == "PPO" else {}
+    model = cls("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0, **options)
     with rlscope.operation("learn"):
-        model.learn(total_timesteps=steps)
+        model.learn(total_timesteps=steps, callback=StepPerRollout())
 
 
 def jax_loop(steps: int) -> None:

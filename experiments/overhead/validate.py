@@ -1,14 +1,20 @@
 """Overhead-correction validation (RL-Scope paper, Fig. 11), one workload per run.
 
-Calibrate on runs of ``calibration_steps`` (with ``two_lengths``, also half that, to separate
-per-process from per-event costs), then profile a run of ``validation_steps`` (a different
-length, as RL-Scope's subtraction validation did) and compare its corrected total with an
-uninstrumented run of the same length:
+Calibrate on runs of ``calibration_steps``, then check the correction on runs of
+``validation_steps`` (a different length, as RL-Scope's subtraction validation did), two ways:
+
+- **whole runs**: an uninstrumented run and a profiled run; the profiled run's corrected total
+  (the sum of its main threads' breakdown rows: interpreter start to exit) against the
+  uninstrumented total. Identical runs differ by 10-50% on a shared machine, so one pair says
+  little; repetitions and the noise floor (``noise_pct``: how far apart two uninstrumented
+  runs of the same length were) tell how much.
+- **alternating windows**: one run that switches everything rlscope does on the CPU on and off
+  every ``window_ms`` (``rlscope.collect.windows``). Per palindromic block, the corrected time
+  per iteration of the profiled windows against that of the unprofiled windows next to them;
+  mean and 95% interval over blocks. GPU tracing stays on in both, so this checks the CPU-side
+  correction; the whole runs check everything.
 
     error = (corrected - uninstrumented) / uninstrumented
-
-Totals are process wall times (start of the interpreter to exit), summed over processes; for
-the profiled run, the sum of its main threads' breakdown rows, which add up to that wall time.
 """
 
 from __future__ import annotations
@@ -18,55 +24,84 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 from rlscope.errors import SkipRun
 
-__all__ = ["overhead_correction"]
+__all__ = ["overhead_correction", "window_errors"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
     return float(breakdown.loc[breakdown["thread"] == "main", column].sum())
 
 
+def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float]) -> dict[str, float]:
+    """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
+    per block, time per iteration of each; mean and 95% half-width over blocks."""
+    from rlscope.analyze.calibration import mean_ci95, window_blocks
+
+    raw, corrected = [], []
+    for run in windows:
+        for block in window_blocks(run):
+            if len(block) != 2:
+                continue
+            (base, _), (tau, eps) = block[min(block)], block[max(block)]
+            removed = sum(costs_ns.get(event, 0.0) * per_iteration for event, per_iteration in eps.items())
+            raw.append(100 * (tau - base) / base)
+            corrected.append(100 * (tau - removed - base) / base)
+    if len(corrected) < 2:
+        raise RuntimeError(f"only {len(corrected)} blocks of alternating windows; run longer")
+    error, half = mean_ci95(corrected)
+    return {"window_raw_error_pct": float(np.mean(raw)), "window_corrected_error_pct": error,
+            "window_corrected_ci95_pct": half, "window_blocks": len(corrected)}
+
+
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
-                        calibration_repetitions: int = 3, gpu: bool = True, two_lengths: bool = False
+                        calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0
                         ) -> dict[str, Any]:
-    """Calibrate, validate once; return the corrected and raw errors in percent."""
+    """Calibrate, validate once both ways; return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE
-    from rlscope.collect.calibrate import calibrate, measure_run
+    from rlscope.collect.calibrate import calibrate, measure_run, measure_windows
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
+    from rlscope.collect.windows import format_windows
 
     if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
         raise SkipRun(f"needs a GPU: {reason}")
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
+    validation = command + [str(validation_steps)]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
         root = Path(tmp)
-        lengths = [str(calibration_steps // 2), str(calibration_steps)] if two_lengths else [str(calibration_steps)]
-        calibration, failures = calibrate(command + ["{length}"] if two_lengths else command + lengths,
-                                          root / "calibration", calibration_repetitions, gpu=gpu,
-                                          progress=lambda line: None, lengths=lengths if two_lengths else None)
+
+        def run(name: str, **options: Any) -> Path:
+            with (root / f"{name}.log").open("w") as log:
+                _, code = run_profiled(validation, root / name, stdout=log, **options)
+            if code != 0:
+                raise RuntimeError(f"{name} run failed: {(root / f'{name}.log').read_text()[-2000:]}")
+            return root / name
+
+        calibration, failures = calibrate(command + [str(calibration_steps)], root / "calibration",
+                                          calibration_repetitions, gpu=gpu, progress=lambda line: None,
+                                          window_ms=window_ms)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        validation = command + [str(validation_steps)]
-        with (root / "base.log").open("w") as log:
-            _, code = run_profiled(validation, root / "base", wall_only=True, stdout=log)
-        if code != 0:
-            raise RuntimeError(f"uninstrumented run failed: {(root / 'base.log').read_text()[-2000:]}")
-        base_ns = measure_run(root / "base")["wall_ns"]
-        with (root / "profiled.log").open("w") as log:
-            _, code = run_profiled(validation, root / "profiled", gpu=gpu, stdout=log)
-        if code != 0:
-            raise RuntimeError(f"profiled run failed: {(root / 'profiled.log').read_text()[-2000:]}")
-        breakdown = analyze_trace(root / "profiled", root / "calibration" / CALIBRATION_FILE)["breakdown"]
+        base_ns = measure_run(run("base", wall_only=True))["wall_ns"]
+        breakdown = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)["breakdown"]
+        base_again_ns = measure_run(run("base_again", wall_only=True))["wall_ns"]
+        windows = measure_windows(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", "transitions"])))
     raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
+    base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
-        "uninstrumented_s": base_ns / 1e9,
+        "uninstrumented_s": base / 1e9,
         "raw_s": raw / 1e9,
         "corrected_s": corrected / 1e9,
-        "raw_error_pct": 100 * (raw - base_ns) / base_ns,
-        "corrected_error_pct": 100 * (corrected - base_ns) / base_ns,
+        "raw_error_pct": 100 * (raw - base) / base,
+        "corrected_error_pct": 100 * (corrected - base) / base,
+        "noise_pct": 100 * abs(base_ns - base_again_ns) / base,
+        **window_errors(windows, calibration.costs_ns),
+        "calibration_blocks": calibration.blocks,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
-        **{f"fixed_{event}_ms": fixed / 1e6 for event, fixed in calibration.fixed_ns.items()},
+        **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }

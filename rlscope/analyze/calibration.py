@@ -1,14 +1,23 @@
 """Profiling overhead: per-event costs from calibration runs, and the correction they allow.
 
-Calibration runs one workload under a ladder of instrumentation configurations, each adding
-one layer (``CONFIGS``), repeated and interleaved so that drift hits every configuration alike.
-The wall time a layer adds, divided by the events of that layer, is its cost per event:
+Each layer of instrumentation (``CONFIGS``: annotations, Python->native transitions, CUDA API
+tracing, GPU activity records) adds time; divided by that layer's events it is a cost per
+event. Two measurements give it:
 
-    cost_k = (T_k - T_{k-1} - sum_{j<k} (N_kj - N_{k-1,j}) * cost_j) / N_kk
+- **Alternating windows** (the CPU-side layers, when the workload calls ``rlscope.step()``):
+  one process switches annotations and transitions on and off every few milliseconds
+  (``rlscope.collect.windows``); per palindromic block of windows, the time per iteration a
+  level adds over the level below, over the events per iteration it adds. Whole runs differ by
+  10-50% on a shared machine; neighbouring windows share the machine's state, so the costs come
+  out an order of magnitude tighter.
+- **Whole runs** (the GPU layers, and the CPU layers of a workload without iterations): a
+  ladder of runs, each adding one layer, repeated and interleaved, paired per round::
 
-per repetition (configurations of one round are paired), with a 95% confidence interval over
-repetitions. Events are counted exactly as the analysis counts them (the transitions table),
-so correction subtracts ``count x cost`` with the same counts it was derived from:
+      cost_k = (T_k - T_{k-1} - sum_{j<k} (N_kj - N_{k-1,j}) * cost_j) / N_kk
+
+Both give a 95% confidence interval (over blocks, over rounds). Events are counted exactly as
+the analysis counts them (the transitions table), so correction subtracts ``count x cost`` with
+the same counts it was derived from:
 
 - annotations (``rlscope.operation`` enter/exit) and intercepted Python->native calls cost
   Python time of the operation they happen in;
@@ -31,10 +40,10 @@ import numpy as np
 import pandas as pd
 
 import rlscope
-from rlscope.analyze.overlap import UNANNOTATED
 from rlscope.errors import RlscopeError
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
+           "derive_window_costs", "window_blocks", "mean_ci95",
            "correct_breakdown", "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
@@ -87,8 +96,8 @@ class Calibration:
     repetitions: int
     machine: dict[str, Any]
     command: list[str]
-    runs: list[dict[str, Any]]  # one per configuration x repetition (x length): config, repetition, wall_ns, counts
-    fixed_ns: dict[str, float] = dataclasses.field(default_factory=dict)  # per process, per layer (two lengths)
+    runs: list[dict[str, Any]]  # one per configuration x repetition: config, repetition, wall_ns, counts
+    blocks: int = 0  # palindromic blocks of alternating windows behind the CPU-side costs; 0: whole runs
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -119,54 +128,113 @@ def machine_fingerprint() -> dict[str, Any]:
             "processor": platform.processor() or platform.machine()}
 
 
-def derive_costs(runs: list[dict[str, Any]]) -> tuple[dict[str, float], dict[str, float | None], int,
-                                                   dict[str, float]]:
-    """Per-event costs from calibration runs (see the module docstring), with 95% half-widths,
-    the number of complete repetitions, and per-process fixed costs.
+def mean_ci95(values: list[float]) -> tuple[float, float | None]:
+    """Mean and the half-width of its 95% confidence interval (Student's t; None for one value)."""
+    if len(values) < 2:
+        return float(np.mean(values)), None
+    return float(np.mean(values)), float(_T975[min(len(values), 31) - 2] * np.std(values, ddof=1)
+                                         / math.sqrt(len(values)))
 
-    ``runs``: dicts with ``config``, ``repetition``, ``wall_ns``, ``counts`` (event type ->
-    count) and optionally ``length`` (the workload's size). Runs at one length give costs per
-    event only. Runs at two lengths also separate what a layer costs once per process (set-up,
-    first calls of each call site) from what it costs per event: the difference between the
-    lengths is all per-event cost. Configurations absent from the runs (no GPU) give no cost.
+
+def _mean_ci(samples: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, float | None]]:
+    stats = {e: mean_ci95(v) for e, v in samples.items()}
+    return {e: m for e, (m, _) in stats.items()}, {e: h for e, (_, h) in stats.items()}
+
+
+def derive_costs(runs: list[dict[str, Any]], known: dict[str, float] | None = None
+                 ) -> tuple[dict[str, float], dict[str, float | None], int]:
+    """Per-event costs from whole calibration runs (see the module docstring), with 95%
+    half-widths and the number of complete repetitions.
+
+    ``runs``: dicts with ``config``, ``repetition``, ``wall_ns`` and ``counts`` (event type ->
+    count). ``known``: costs already measured (by alternating windows), used to take their
+    events' share out of the later layers' time. Configurations absent from the runs (no GPU)
+    give no cost.
     """
-    frame = pd.DataFrame(runs)
-    if "length" not in frame:
-        frame["length"] = 0
-    present = [c for c in CONFIGS if c in set(frame["config"])]
-    lengths = sorted(set(frame["length"]))
+    present = [c for c in CONFIGS if c in {r["config"] for r in runs}]
     per_rep: dict[str, list[float]] = {}
-    fixed_rep: dict[str, list[float]] = {}
-    for rep in sorted(set(frame["repetition"])):
-        rows = {(r["config"], r.get("length", 0)): r for r in runs if r["repetition"] == rep}
-        if any((c, n) not in rows for c in present for n in lengths):
+    for rep in sorted({r["repetition"] for r in runs}):
+        rows = {r["config"]: r for r in runs if r["repetition"] == rep}
+        if any(c not in rows for c in present):
             continue  # a failed run breaks this round's pairing
-        costs: dict[str, float] = {}
+        costs: dict[str, float] = dict(known or {})
         for prev, config in zip(present, present[1:]):
             event = CONFIGS[config][2]
-            deltas, counts = [], []
-            for length in (lengths[0], lengths[-1]):
-                before, after = rows[(prev, length)], rows[(config, length)]
-                delta = after["wall_ns"] - before["wall_ns"]
-                delta -= sum((after["counts"].get(e, 0) - before["counts"].get(e, 0)) * c for e, c in costs.items())
-                deltas.append(delta)
-                counts.append(after["counts"].get(event, 0))
-            if len(lengths) > 1:
-                grown = counts[1] - counts[0]
-                costs[event] = (deltas[1] - deltas[0]) / grown if grown >= MIN_EVENTS else 0.0
-                fixed_rep.setdefault(event, []).append(deltas[0] - costs[event] * counts[0])
-            else:
-                costs[event] = deltas[0] / counts[0] if counts[0] >= MIN_EVENTS else 0.0
-        for event, cost in costs.items():
-            per_rep.setdefault(event, []).append(cost)
+            before, after = rows[prev], rows[config]
+            delta = after["wall_ns"] - before["wall_ns"]
+            delta -= sum((after["counts"].get(e, 0) - before["counts"].get(e, 0)) * c for e, c in costs.items())
+            count = after["counts"].get(event, 0) - before["counts"].get(event, 0)
+            costs[event] = delta / count if count >= MIN_EVENTS else 0.0
+            per_rep.setdefault(event, []).append(costs[event])
     if not per_rep:
         raise RlscopeError("no complete round of calibration runs (every configuration of one repetition); "
                            "see the failed runs' logs and calibrate again")
-    means = {e: float(np.mean(v)) for e, v in per_rep.items()}
-    ci = {e: (float(_T975[min(len(v), 31) - 2] * np.std(v, ddof=1) / math.sqrt(len(v))) if len(v) > 1 else None)
-          for e, v in per_rep.items()}
-    fixed = {e: float(np.mean(v)) for e, v in fixed_rep.items()}
-    return means, ci, min(len(v) for v in per_rep.values()), fixed
+    means, ci = _mean_ci(per_rep)
+    return means, ci, min(len(v) for v in per_rep.values())
+
+
+# Alternating windows (rlscope.collect.windows): level -> the event type whose cost it adds.
+WINDOW_EVENTS = {1: "annotation", 2: "python_call"}
+_WINDOW_COLUMNS = ("level", "duration_ns", "iterations", "annotation", "python_call")
+
+
+def window_blocks(windows: list[list[float]]) -> list[dict[int, tuple[float, dict[str, float]]]]:
+    """Group one run's windows into palindromic blocks (the first block, warm-up, dropped): per
+    block and level, the time per iteration and the events of each type per iteration.
+
+    ``windows``: rows of ``level, duration_ns, iterations, annotations, python_calls``.
+    """
+    levels = sorted({int(w[0]) for w in windows})
+    size = 2 * len(levels)
+    blocks = []
+    for first in range(size, len(windows) - size + 1, size):
+        block: dict[int, tuple[float, dict[str, float]]] = {}
+        for level in levels:
+            rows = np.array([w for w in windows[first:first + size] if int(w[0]) == level], dtype=np.float64)
+            if len(rows) == 0 or rows[:, 2].sum() == 0:
+                break
+            iterations = rows[:, 2].sum()
+            block[level] = (rows[:, 1].sum() / iterations,
+                            {e: rows[:, 3 + i].sum() / iterations for i, e in enumerate(_WINDOW_COLUMNS[3:])})
+        else:
+            blocks.append(block)
+    return blocks
+
+
+def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float], dict[str, float | None], int]:
+    """Per-event costs of the CPU-side layers from alternating-window runs: per block, the time
+    per iteration a level adds over the level below, less the known costs of the events that
+    also grew, divided by the growth of its own events per iteration. Returns costs, 95%
+    half-widths over all blocks of all runs, and the number of blocks.
+
+    A layer whose events total fewer than ``MIN_EVENTS`` (annotations never switched, because
+    the loop runs inside an operation) gets no cost.
+    """
+    samples: dict[str, list[float]] = {}
+    totals: dict[str, float] = {}
+    n_blocks = 0
+    for windows in runs:
+        blocks = window_blocks(windows)
+        n_blocks += len(blocks)
+        for block in blocks:
+            levels = sorted(block)
+            costs: dict[str, float] = {}
+            for lo, hi in zip(levels, levels[1:]):
+                event = WINDOW_EVENTS[hi]
+                (tau_lo, eps_lo), (tau_hi, eps_hi) = block[lo], block[hi]
+                grown = eps_hi[event] - eps_lo[event]
+                if grown <= 0:
+                    continue
+                delta = tau_hi - tau_lo - sum((eps_hi[e] - eps_lo[e]) * c for e, c in costs.items())
+                costs[event] = delta / grown
+                samples.setdefault(event, []).append(costs[event])
+        for row in windows:
+            if int(row[0]) in WINDOW_EVENTS:
+                event = WINDOW_EVENTS[int(row[0])]
+                totals[event] = totals.get(event, 0.0) + row[_WINDOW_COLUMNS.index(event)]
+    samples = {e: v for e, v in samples.items() if totals.get(e, 0.0) >= MIN_EVENTS}
+    means, ci = _mean_ci(samples)
+    return means, ci, n_blocks
 
 
 def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
@@ -186,18 +254,6 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
             remove = n * cost
             match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
             for idx in sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])):
-                taken = min(out.at[idx, "corrected_ns"], remove)
-                out.at[idx, "corrected_ns"] -= taken
-                remove -= taken
-                if remove <= 0:
-                    break
-    fixed = sum(max(v, 0.0) for v in calibration.fixed_ns.values())
-    if fixed > 0:  # once per process: from its main thread's Python time, start-up ("(unannotated)") first
-        for process in out["process"].unique():
-            remove = fixed
-            python = out[(out["process"] == process) & (out["thread"] == "main") & (out["cpu"] == "Python")]
-            order = sorted(python.index, key=lambda i: (out.at[i, "operation"] != UNANNOTATED, -out.at[i, "time_ns"]))
-            for idx in order:
                 taken = min(out.at[idx, "corrected_ns"], remove)
                 out.at[idx, "corrected_ns"] -= taken
                 remove -= taken

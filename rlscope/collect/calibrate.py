@@ -1,6 +1,11 @@
 """`rlscope calibrate`: run a workload under each instrumentation configuration and derive what
 each recorded event costs (``rlscope.analyze.calibration``).
 
+Per repetition: one run that alternates the CPU-side layers in windows of a few milliseconds
+(``rlscope.collect.windows``), and where a GPU is, whole runs of ``transitions``, ``cuda_api``
+and ``gpu_activities`` for the GPU layers. A workload that never calls ``rlscope.step()`` has no
+iterations to alternate on: it is calibrated with whole runs of every configuration instead.
+
 Layout: ``OUTPUT/calibration.json`` and ``OUTPUT/runs/<repetition>-<config>/`` (each a trace
 directory with ``log.txt``). Configurations are interleaved within each repetition so that slow
 drift of the machine touches all of them alike. A run that fails or times out is reported with
@@ -9,10 +14,13 @@ its log; the others are kept and used.
 
 from __future__ import annotations
 
+import json
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from rlscope.analyze.calibration import (
     CALIBRATION_FILE,
@@ -20,12 +28,19 @@ from rlscope.analyze.calibration import (
     GPU_CONFIGS,
     Calibration,
     derive_costs,
+    derive_window_costs,
     event_counts,
     machine_fingerprint,
+    window_blocks,
 )
+from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.errors import RlscopeError
+from rlscope.trace.schema import Kind
 
-__all__ = ["calibrate", "measure_run"]
+__all__ = ["calibrate", "measure_run", "measure_windows", "WINDOW_MS"]
+
+WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
+WINDOWS = "windows"  # the configuration name of an alternating run
 
 
 def measure_run(trace_dir: Path) -> dict[str, Any]:
@@ -42,51 +57,73 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     return {"wall_ns": wall, "counts": counts}
 
 
-LENGTH = "{length}"  # where ``lengths`` go in the command
+def measure_windows(trace_dir: Path) -> list[list[list[int]]]:
+    """Per process that alternated, its complete windows: ``[level, duration_ns, iterations,
+    annotations, python_calls]`` with events counted where they start."""
+    from rlscope.trace.reader import read_trace
+
+    out = []
+    for process in read_trace(trace_dir):
+        path = process.directory / WINDOWS_FILE
+        if not path.exists():
+            continue
+        windows = np.array(json.loads(path.read_text())["windows"], dtype=np.int64).reshape(-1, 4)
+        if not len(windows):
+            continue
+        events = process.events
+        start = events["start_ns"].to_numpy()
+        kind = events["kind"].to_numpy()
+        index = np.searchsorted(windows[:, 1], start, side="right") - 1
+        inside = (index >= 0) & (start < windows[np.maximum(index, 0), 2])
+        masks = (kind == int(Kind.OPERATION), (kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0))
+        counts = [np.bincount(index[m & inside], minlength=len(windows)) for m in masks]
+        out.append([[int(w[0]), int(w[2] - w[1]), int(w[3]), int(a), int(c)]
+                    for w, a, c in zip(windows, *counts)])
+    return out
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
-              progress: Callable[[str], None] = print, lengths: list[str] | None = None
+              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS
               ) -> tuple[Calibration, list[str]]:
-    """Run the ladder of configurations ``repetitions`` times; returns the calibration (also
-    saved to ``output/calibration.json``) and the failed runs' descriptions.
-
-    ``lengths``: two workload sizes substituted for ``{length}`` in the command, so that what a
-    layer costs once per process is told apart from what it costs per event.
-    """
+    """Run the configurations ``repetitions`` times; returns the calibration (also saved to
+    ``output/calibration.json``) and the failed runs' descriptions."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
 
     if not command:
         raise RlscopeError("no command given; usage: rlscope calibrate -- python train.py ARGS")
-    lengths = list(lengths or [])
-    if lengths and (len(lengths) != 2 or not any(LENGTH in a for a in command)):
-        raise RlscopeError(f"--lengths takes two sizes, e.g. 1000,2000, and the command must say where they go "
-                           f"with {LENGTH}, e.g. `python train.py --steps {LENGTH}`")
     if repetitions < 1:
         raise RlscopeError(f"--repetitions {repetitions}: need at least 1 (3 or more for a confidence interval)")
-    configs = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
     if gpu and (reason := gpu_unavailable_reason()) is not None:
-        configs = [c for c in configs if c not in GPU_CONFIGS]
+        gpu = False
         progress(f"no GPU here ({reason}): calibrating the CPU-side events only")
+    gpu_runs = ["transitions", *GPU_CONFIGS] if gpu else []
+    ladder = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
+    alternate = format_windows(window_ms, list(LEVELS))
+    plan = [WINDOWS, *gpu_runs]
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
-    sizes: list[str | None] = list(lengths) or [None]
-    total = repetitions * len(configs) * len(sizes)
+    done = 0
     for rep in range(repetitions):
-        for config, size in ((c, n) for c in configs for n in sizes):
-            transitions, layers, _ = CONFIGS[config]
-            run_dir = output / "runs" / (f"{rep}-{config}" + (f"-{size}" if size else ""))
+        queue = list(plan)
+        while queue:
+            config = queue.pop(0)
+            run_dir = output / "runs" / f"{rep}-{config}"
             run_dir.mkdir(parents=True, exist_ok=True)
-            label = f"repetition {rep + 1}, {config}" + (f", length {size}" if size else "")
-            progress(f"[{len(runs) + len(failures) + 1}/{total}] {label}")
-            argv = [a.replace(LENGTH, size) for a in command] if size else list(command)
+            label = f"repetition {rep + 1}, {config}"
+            done += 1
+            progress(f"[{done}/{done + len(queue) + len(plan) * (repetitions - rep - 1)}] {label}")
             log = run_dir / "log.txt"
             with log.open("w") as out:
                 try:
-                    _, code = run_profiled(argv, run_dir, transitions=bool(transitions),
-                                           gpu=False if layers == "0" else layers, wall_only=transitions is None,
-                                           stdout=out, timeout_s=timeout_s)
+                    if config == WINDOWS:
+                        _, code = run_profiled(command, run_dir, gpu=False, windows=alternate, stdout=out,
+                                               timeout_s=timeout_s)
+                    else:
+                        transitions, layers, _ = CONFIGS[config]
+                        _, code = run_profiled(command, run_dir, transitions=bool(transitions),
+                                               gpu=False if layers == "0" else layers,
+                                               wall_only=transitions is None, stdout=out, timeout_s=timeout_s)
                 except subprocess.TimeoutExpired:
                     code = None
             if code != 0:
@@ -94,9 +131,32 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 failures.append(f"{label}: {why}; log: {log}")
                 progress(f"  failed ({why}); log: {log}")
                 continue
-            runs.append({"config": config, "repetition": rep, "length": float(size or 0), **measure_run(run_dir)})
-    costs, ci, reps, fixed = derive_costs(runs) if runs else ({}, {}, 0, {})
-    calibration = Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine=machine_fingerprint(),
-                              command=list(command), runs=runs, fixed_ns=fixed)
+            if config != WINDOWS:
+                runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
+                continue
+            windows = measure_windows(run_dir)
+            if any(window_blocks(w) for w in windows):
+                runs.append({"config": config, "repetition": rep, "windows": windows})
+            elif plan[0] == WINDOWS:  # nothing to alternate on: whole runs from now on
+                progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
+                         "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
+                plan = ladder
+                queue = list(ladder)
+    calibration = _derive(runs)
+    calibration.machine = machine_fingerprint()
+    calibration.command = list(command)
     calibration.save(output / CALIBRATION_FILE)
     return calibration, failures
+
+
+def _derive(runs: list[dict[str, Any]]) -> Calibration:
+    alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
+    whole = [r for r in runs if r["config"] != WINDOWS]
+    costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
+    reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
+    if whole:
+        more, more_ci, reps_whole = derive_costs(whole, known=costs)
+        costs, ci = {**costs, **more}, {**ci, **more_ci}
+        reps = min(reps, reps_whole) if alternating else reps_whole
+    return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
+                       blocks=blocks)

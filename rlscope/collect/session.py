@@ -17,10 +17,11 @@ from pathlib import Path
 
 import rlscope
 from rlscope import _hotpath
-from rlscope.api import ENV_GPU
+from rlscope.api import ENV_GPU, ENV_WINDOWS
 from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
+from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
 from rlscope.harness.files import write_json_atomic
 from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
@@ -73,6 +74,7 @@ class Session:
         self._collector: TransitionCollector | None = None
         self._gpu: GpuCollector | None = None
         self._sampler: UtilisationSampler | None = None
+        self._windows: AlternatingWindows | None = None
         self._forked = False
         self._phase_start = 0
         self.active = False
@@ -118,11 +120,17 @@ class Session:
         if self.transitions:
             self._collector = TransitionCollector(self.writer, self.targets)
             self._collector.start()
+        if spec := os.environ.get(ENV_WINDOWS):  # calibration: layers switched on and off as it runs
+            self._windows = AlternatingWindows(self, *parse_windows(spec))
+            self.step = self._windows.step  # type: ignore[method-assign]
 
     def stop(self, check_nesting: bool = True) -> None:
         if not self.active:
             return
         end = time.perf_counter_ns()
+        if self._windows is not None:
+            self._windows.close(self.dir)
+            self._windows = None
         if self._collector is not None:
             self._collector.stop()
         self._stop_gpu()
@@ -187,6 +195,8 @@ class Session:
     # operation still open inside ``name``, for the caller to report with nesting_error().
 
     def nesting_error(self, name: str, top: str) -> None:
+        if not top and self._windows is not None:
+            return  # it began while calibration had annotations off
         if not top:
             raise NestingError(f"operation {name!r} ended but was never started on this thread")
         raise NestingError(f"operation {name!r} ended while {top!r}, started inside it, was still open; "

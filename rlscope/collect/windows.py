@@ -1,0 +1,114 @@
+"""Alternating windows: one run that switches rlscope's CPU-side layers on and off as it goes.
+
+Whole runs of one workload differ by 10-50% in wall time on a shared machine, which swamps
+what a layer costs. Within one process the machine's speed drifts slowly (successive 6 ms
+stretches of a CartPole loop correlate at 0.8), so comparing stretches a few milliseconds apart
+cancels the drift that comparing runs suffers from. Calibration and its validation therefore
+switch layers at iteration boundaries (``rlscope.step()``) in windows of at least ``window_ms``:
+
+- ``off``: annotations are no-ops exactly as in an unprofiled process, and the transition
+  collector's hooks are out (on Python 3.11, those of the thread calling step());
+- ``annotations``: annotations recorded, hooks out;
+- ``transitions``: both (what ``rlscope prof`` records on the CPU).
+
+GPU tracing, where on, stays on throughout. The configurations follow a palindrome (``off,
+annotations, transitions, transitions, annotations, off``, ...), so a drift linear over one
+block of windows adds the same time to every configuration. A window's configuration is what
+was in force: annotations are switched only while the calling thread has no operation open
+(a loop inside an annotated operation keeps them on throughout, and says so).
+
+``windows.json`` beside the events lists every complete window: ``[level, start_ns, end_ns,
+iterations]`` with level an index into ``LEVELS``.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from rlscope.errors import RlscopeError
+from rlscope.harness.files import write_json_atomic
+
+__all__ = ["LEVELS", "WINDOWS_FILE", "AlternatingWindows", "parse_windows", "format_windows"]
+
+LEVELS = ("off", "annotations", "transitions")
+WINDOWS_FILE = "windows.json"
+
+
+def parse_windows(spec: str) -> tuple[float, list[int]]:
+    """``"10:off,annotations,transitions"`` -> (window ms, level indices)."""
+    ms, _, names = spec.partition(":")
+    try:
+        window_ms = float(ms)
+        levels = [LEVELS.index(n.strip()) for n in names.split(",") if n.strip()]
+    except ValueError:
+        raise RlscopeError(f"windows {spec!r}: expected MILLISECONDS:LEVEL,LEVEL,... with levels from "
+                           f"{', '.join(LEVELS)}, e.g. 10:off,transitions") from None
+    if window_ms <= 0 or len(set(levels)) < 2:
+        raise RlscopeError(f"windows {spec!r}: need a positive window length and two different levels")
+    return window_ms, levels
+
+
+def format_windows(window_ms: float, levels: list[str]) -> str:
+    return f"{window_ms:g}:{','.join(levels)}"
+
+
+class AlternatingWindows:
+    """Switches a session's CPU-side layers at iteration boundaries; becomes its ``step``."""
+
+    def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
+        self.session = session
+        self.window_ns = int(window_ms * 1e6)
+        self.cycle = levels + levels[::-1]
+        self.windows: list[list[int]] = []
+        self.annotations_switched: bool | None = None  # decided at the first boundary
+        self._position = -1  # index into cycle of the open window; -1: before the first step()
+        self._level = len(LEVELS) - 1
+        self._start = 0
+        self._iterations = 0
+
+    def step(self) -> None:
+        session = self.session
+        session._ops.step(session.phase)
+        now = time.perf_counter_ns()
+        self._iterations += 1
+        if self._position >= 0 and now - self._start < self.window_ns:
+            return
+        if self._position >= 0:
+            self.windows.append([self._level, self._start, now, self._iterations])
+        self._position = (self._position + 1) % len(self.cycle)
+        self._apply(self.cycle[self._position])
+        self._start, self._iterations = time.perf_counter_ns(), 0
+
+    def _apply(self, level: int) -> None:
+        from rlscope import api
+
+        session = self.session
+        if self.annotations_switched is None:
+            self.annotations_switched = not session._ops.current_stack()
+            if not self.annotations_switched:  # "off" would equal "annotations": drop it
+                self.cycle = [lv for lv in self.cycle if lv != 0] or [1, 2, 2, 1]
+                level = self.cycle[self._position % len(self.cycle)]
+        annotate = level >= 1 or not self.annotations_switched or bool(session._ops.current_stack())
+        api._annotate_into(session if annotate else None)
+        collector = session._collector
+        if collector is not None:
+            if level >= 2 and self._level < 2:
+                collector.resume()
+            elif level < 2 and self._level >= 2:
+                collector.suspend()
+        self._level = (1 if annotate and level == 0 else level)
+
+    def close(self, directory: Path) -> None:
+        """Switch everything back on and write the complete windows."""
+        from rlscope import api
+
+        if self._level < 2 and self.session._collector is not None:
+            self.session._collector.resume()
+        self._level = len(LEVELS) - 1
+        if api._bound is self.session:  # still profiling (not stopping through the API)
+            api._annotate_into(self.session)
+        write_json_atomic(directory / WINDOWS_FILE, {
+            "levels": list(LEVELS), "window_ns": self.window_ns,
+            "annotations_switched": bool(self.annotations_switched), "windows": self.windows})
