@@ -65,3 +65,11 @@ def test_bad_window_spec_is_one_clear_error():
     with pytest.raises(RlscopeError, match="two different levels"):
         parse_windows("10:off")
     assert parse_windows("5:off,transitions") == (5.0, [0, 2])
+
+
+def test_validation_levels_inside_an_operation_become_annotations_and_transitions(tmp_path, monkeypatch):
+    monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,transitions")
+    with rlscope.profile(tmp_path, process="loop", gpu=False):
+        with rlscope.operation("learn"):
+            _loop(100)
+    assert {w[0] for w in measure_windows(tmp_path)[0]} == {1, 2}

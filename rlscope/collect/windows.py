@@ -87,9 +87,11 @@ class AlternatingWindows:
         session = self.session
         if self.annotations_switched is None:
             self.annotations_switched = not session._ops.current_stack()
-            if not self.annotations_switched:  # "off" would equal "annotations": drop it
-                self.cycle = [lv for lv in self.cycle if lv != 0] or [1, 2, 2, 1]
-                level = self.cycle[self._position % len(self.cycle)]
+            if not self.annotations_switched:  # "off" is "annotations" then
+                levels = sorted({max(lv, 1) for lv in self.cycle})
+                self.cycle = levels + levels[::-1] if len(levels) > 1 else [1, 2, 2, 1]
+                self._position = 0
+                level = self.cycle[0]
         annotate = level >= 1 or not self.annotations_switched or bool(session._ops.current_stack())
         api._annotate_into(session if annotate else None)
         collector = session._collector
