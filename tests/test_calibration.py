@@ -224,3 +224,18 @@ def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
                          timeout=120)
     assert run.returncode == 2
     assert "--window-ms" in run.stderr and "Traceback" not in run.stderr
+
+
+def test_speed_factor_scales_only_the_cpu_side_costs():
+    from rlscope.analyze.calibration import pool_call_medians, speed_factor
+
+    reference = {"array": [400.0, 5000], "argmax": [420.0, 5000], "rare": [10.0, 3]}
+    slower = {"array": [600.0, 4000], "argmax": [630.0, 4000], "rare": [1000.0, 3]}
+    assert speed_factor(reference, slower) == pytest.approx(1.5)  # the rarely called one does not count
+    assert speed_factor(reference, {"other": [5.0, 9000]}) == 1.0
+    assert pool_call_medians([reference, slower])["array"] == [500.0, 9000]
+    breakdown, transitions = _tables()
+    cal = _calibration(annotation=0.0, python_call=100.0, cuda_api=1000.0)
+    out = correct_breakdown(breakdown, transitions, cal, speed=2.0).set_index(["operation", "resources"])
+    assert out.loc[("inference", "Python"), "corrected_ns"] == 10_000 - 4 * 200  # scaled
+    assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 4_000 - 2 * 1000  # not scaled

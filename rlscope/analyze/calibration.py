@@ -41,9 +41,10 @@ import pandas as pd
 
 import rlscope
 from rlscope.errors import RlscopeError
+from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
-           "derive_window_costs", "window_blocks", "mean_ci95",
+           "derive_window_costs", "window_blocks", "mean_ci95", "call_medians", "pool_call_medians", "speed_factor",
            "correct_breakdown", "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
@@ -98,6 +99,8 @@ class Calibration:
     command: list[str]
     runs: list[dict[str, Any]]  # one per configuration x repetition: config, repetition, wall_ns, counts
     blocks: int = 0  # palindromic blocks of alternating windows behind the CPU-side costs; 0: whole runs
+    # native callee -> [median duration ns, calls]: how fast this machine ran while calibrating
+    call_medians_ns: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -237,16 +240,55 @@ def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float]
     return means, ci, n_blocks
 
 
-def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration) -> pd.DataFrame:
+# Callees with fewer calls than this, in the calibration or the trace, do not count towards speed.
+MIN_SPEED_CALLS = 100
+
+
+def call_medians(events: pd.DataFrame) -> dict[str, list[float]]:
+    """Per native callee (Python->backend/simulator calls): median duration in ns and count."""
+    calls = events[(events["kind"] == int(Kind.CPU_CALL)) & (events["category"] > 0)]
+    if calls.empty:
+        return {}
+    grouped = (calls["end_ns"] - calls["start_ns"]).groupby(calls["name"].astype(str))
+    return {str(n): [float(m), int(c)] for n, m, c in zip(grouped.median().index, grouped.median(), grouped.size())}
+
+
+def pool_call_medians(parts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
+    """Medians from several runs: the median of the runs' medians, the calls summed."""
+    names = {n for part in parts for n in part}
+    return {n: [float(np.median([p[n][0] for p in parts if n in p])), int(sum(p[n][1] for p in parts if n in p))]
+            for n in sorted(names)}
+
+
+def speed_factor(reference: dict[str, list[float]], observed: dict[str, list[float]]) -> float:
+    """How much slower (>1) or faster the machine ran the trace than the calibration: the
+    count-weighted geometric mean, over callees both called often, of the ratio of their median
+    durations. The cost of an intercepted call follows the machine's speed (on a shared machine
+    processes differ by up to 1.6x in both), so the CPU-side costs are scaled by it. 1.0 when
+    nothing is in common."""
+    pairs = [(min(reference[n][1], observed[n][1]), math.log(observed[n][0] / reference[n][0]))
+             for n in reference.keys() & observed.keys()
+             if min(reference[n][1], observed[n][1]) >= MIN_SPEED_CALLS and reference[n][0] > 0 and observed[n][0] > 0]
+    if not pairs:
+        return 1.0
+    weights = sum(w for w, _ in pairs)
+    return float(math.exp(sum(w * r for w, r in pairs) / weights))
+
+
+def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration,
+                      speed: float = 1.0) -> pd.DataFrame:
     """The breakdown with a ``corrected_ns`` column: each operation's CPU time less the cost of
     the events recorded in it, taken from the layer the events inflate (CPU-only rows first,
-    then rows that overlap the GPU), never below zero. Also ``overhead_ns``: what was removed."""
+    then rows that overlap the GPU), never below zero. Also ``overhead_ns``: what was removed.
+
+    ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
+    scales the costs of the CPU-side events (annotations, intercepted calls)."""
     out = breakdown.copy()
     out["corrected_ns"] = out["time_ns"].astype(np.float64)
     keys = ["process", "thread", "phase", "operation"]
     counts = transitions.set_index(keys + ["transition"])["count"] if not transitions.empty else None
     for event, (rows, layer) in EVENTS.items():
-        cost = max(calibration.costs_ns.get(event, 0.0), 0.0)
+        cost = max(calibration.costs_ns.get(event, 0.0), 0.0) * (speed if layer == "Python" else 1.0)
         if cost == 0.0 or counts is None:
             continue
         per_op = counts[counts.index.get_level_values("transition").isin(rows)].groupby(level=keys).sum()

@@ -27,10 +27,12 @@ from rlscope.analyze.calibration import (
     CONFIGS,
     GPU_CONFIGS,
     Calibration,
+    call_medians,
     derive_costs,
     derive_window_costs,
     event_counts,
     machine_fingerprint,
+    pool_call_medians,
     window_blocks,
 )
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
@@ -54,7 +56,8 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
         counts = dict.fromkeys(("annotation", "python_call", "cuda_api", "gpu_activity"), 0)
     else:
         counts = event_counts(analyze_trace(trace_dir)["transitions"])
-    return {"wall_ns": wall, "counts": counts}
+    return {"wall_ns": wall, "counts": counts,
+            "call_medians": pool_call_medians([call_medians(p.events) for p in processes])}
 
 
 def measure_windows(trace_dir: Path) -> list[list[list[int]]]:
@@ -136,7 +139,8 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 continue
             windows = measure_windows(run_dir)
             if any(window_blocks(w) for w in windows):
-                runs.append({"config": config, "repetition": rep, "windows": windows})
+                runs.append({"config": config, "repetition": rep, "windows": windows,
+                             "call_medians": measure_run(run_dir)["call_medians"]})
             elif plan[0] == WINDOWS:  # nothing to alternate on: whole runs from now on
                 progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
@@ -158,5 +162,7 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
         more, more_ci, reps_whole = derive_costs(whole, known=costs)
         costs, ci = {**costs, **more}, {**ci, **more_ci}
         reps = min(reps, reps_whole) if alternating else reps_whole
+    # The machine's speed while the costs were measured: from the runs they came from.
+    speed_runs = [r for r in runs if r["config"] == (WINDOWS if alternating else "transitions")]
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
-                       blocks=blocks)
+                       blocks=blocks, call_medians_ns=pool_call_medians([r["call_medians"] for r in speed_runs]))
