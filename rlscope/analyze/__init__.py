@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlscope.analyze.calibration import Calibration, call_medians, correct_breakdown, pool_call_medians, speed_factor
+from rlscope.analyze.calibration import Calibration, correct_breakdown, speed_factor, trace_call_medians
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.harness.files import write_atomic
@@ -36,7 +36,7 @@ def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str,
         cal = Calibration.load(calibration)
         for p in processes:
             cal.check_fits(p.meta)
-        speed = speed_factor(cal.call_medians_ns, pool_call_medians([call_medians(p.events) for p in processes]))
+        speed = speed_factor(cal.call_medians_ns, trace_call_medians(processes))
         out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed)
         out["breakdown"]["speed_vs_calibration"] = speed
     return out

@@ -44,8 +44,8 @@ from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
-           "derive_window_costs", "window_blocks", "mean_ci95", "call_medians", "pool_call_medians", "speed_factor",
-           "correct_breakdown", "CALIBRATION_FILE"]
+           "derive_window_costs", "window_blocks", "mean_ci95", "call_medians", "pool_call_medians",
+           "trace_call_medians", "speed_factor", "correct_breakdown", "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -250,7 +250,8 @@ def call_medians(events: pd.DataFrame) -> dict[str, list[float]]:
     if calls.empty:
         return {}
     grouped = (calls["end_ns"] - calls["start_ns"]).groupby(calls["name"].astype(str))
-    return {str(n): [float(m), int(c)] for n, m, c in zip(grouped.median().index, grouped.median(), grouped.size())}
+    medians, sizes = grouped.median(), grouped.size()
+    return {str(n): [float(medians[n]), int(sizes[n])] for n in medians.index}
 
 
 def pool_call_medians(parts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
@@ -258,6 +259,11 @@ def pool_call_medians(parts: list[dict[str, list[float]]]) -> dict[str, list[flo
     names = {n for part in parts for n in part}
     return {n: [float(np.median([p[n][0] for p in parts if n in p])), int(sum(p[n][1] for p in parts if n in p))]
             for n in sorted(names)}
+
+
+def trace_call_medians(processes: list[Any]) -> dict[str, list[float]]:
+    """``call_medians`` over the processes of one trace (``ProcessTrace`` objects), pooled."""
+    return pool_call_medians([call_medians(p.events) for p in processes])
 
 
 def speed_factor(reference: dict[str, list[float]], observed: dict[str, list[float]]) -> float:

@@ -27,12 +27,12 @@ from rlscope.analyze.calibration import (
     CONFIGS,
     GPU_CONFIGS,
     Calibration,
-    call_medians,
     derive_costs,
     derive_window_costs,
     event_counts,
     machine_fingerprint,
     pool_call_medians,
+    trace_call_medians,
     window_blocks,
 )
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
@@ -56,8 +56,7 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
         counts = dict.fromkeys(("annotation", "python_call", "cuda_api", "gpu_activity"), 0)
     else:
         counts = event_counts(analyze_trace(trace_dir)["transitions"])
-    return {"wall_ns": wall, "counts": counts,
-            "call_medians": pool_call_medians([call_medians(p.events) for p in processes])}
+    return {"wall_ns": wall, "counts": counts, "call_medians": trace_call_medians(processes)}
 
 
 def measure_windows(trace_dir: Path) -> list[list[list[int]]]:
@@ -65,8 +64,12 @@ def measure_windows(trace_dir: Path) -> list[list[list[int]]]:
     annotations, python_calls]`` with events counted where they start."""
     from rlscope.trace.reader import read_trace
 
+    return _windows_of(read_trace(trace_dir))
+
+
+def _windows_of(processes: list[Any]) -> list[list[list[int]]]:
     out = []
-    for process in read_trace(trace_dir):
+    for process in processes:
         path = process.directory / WINDOWS_FILE
         if not path.exists():
             continue
@@ -92,6 +95,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     ``output/calibration.json``) and the failed runs' descriptions."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
+    from rlscope.trace.reader import read_trace
 
     if not command:
         raise RlscopeError("no command given; usage: rlscope calibrate -- python train.py ARGS")
@@ -137,10 +141,11 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             if config != WINDOWS:
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
-            windows = measure_windows(run_dir)
+            processes = read_trace(run_dir)  # once, for both the windows and the machine's speed
+            windows = _windows_of(processes)
             if any(window_blocks(w) for w in windows):
                 runs.append({"config": config, "repetition": rep, "windows": windows,
-                             "call_medians": measure_run(run_dir)["call_medians"]})
+                             "call_medians": trace_call_medians(processes)})
             elif plan[0] == WINDOWS:  # nothing to alternate on: whole runs from now on
                 progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
