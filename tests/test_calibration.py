@@ -49,7 +49,8 @@ def test_injected_costs_are_recovered_exactly():
 def _windows(blocks: int, levels: tuple[int, ...] = (0, 1, 2), annotations_per_it: float = 2.0,
              calls_per_it: float = 3.0, seed: int = 0) -> list[list[float]]:
     """Alternating windows in palindromic blocks whose time per iteration is a drifting base (a
-    jump between blocks, linear within one) plus the true costs of the events switched on."""
+    jump between blocks, linear within one) plus the true costs of the events switched on
+    (per iteration: 1.5 CUDA API calls from level 3, 0.5 kernels from level 4)."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -57,10 +58,11 @@ def _windows(blocks: int, levels: tuple[int, ...] = (0, 1, 2), annotations_per_i
     for _ in range(blocks + 1):  # the first block is warm-up and left out
         base, slope = rng.uniform(8_000, 20_000), rng.uniform(-300, 300)
         for i, level in enumerate(levels + levels[::-1]):
-            ann = annotations_per_it if level >= 1 else 0.0
-            calls = calls_per_it if level >= 2 else 0.0
-            tau = base + slope * i + ann * TRUE_COSTS["annotation"] + calls * TRUE_COSTS["python_call"]
-            windows.append([level, tau * 500, 500, ann * 500, calls * 500])
+            per_it = {"annotation": annotations_per_it if level >= 1 else 0.0,
+                      "python_call": calls_per_it if level >= 2 else 0.0,
+                      "cuda_api": 1.5 if level >= 3 else 0.0, "gpu_activity": 0.5 if level >= 4 else 0.0}
+            tau = base + slope * i + sum(n * TRUE_COSTS[e] for e, n in per_it.items())
+            windows.append([level, tau * 500, 500, *(n * 500 for n in per_it.values())])
     return windows
 
 
@@ -70,6 +72,20 @@ def test_window_costs_are_recovered_exactly_despite_drift():
     for event in ("annotation", "python_call"):
         assert costs[event] == pytest.approx(TRUE_COSTS[event])
         assert ci[event] == pytest.approx(0, abs=1e-6)  # linear drift within a block cancels
+
+
+def test_gpu_layer_costs_are_recovered_from_windows_too():
+    costs, ci, blocks = derive_window_costs([_windows(20, levels=(0, 1, 2, 3, 4))])
+    assert blocks == 20
+    for event, cost in TRUE_COSTS.items():
+        assert costs[event] == pytest.approx(cost)
+        assert ci[event] == pytest.approx(0, abs=1e-6)
+
+
+def test_windows_of_an_older_layout_without_gpu_columns_still_derive():
+    rows = [w[:5] for w in _windows(10)]
+    costs, _, _ = derive_window_costs([rows])
+    assert costs["python_call"] == pytest.approx(TRUE_COSTS["python_call"])
 
 
 def test_windows_without_annotations_switched_give_only_the_call_cost():
@@ -87,6 +103,16 @@ def test_window_validation_of_exact_costs_is_zero_error():
     assert result["window_raw_error_pct"] > 20 and result["window_blocks"] == 20
     under = window_errors([_windows(20, levels=(0, 2))], {"python_call": TRUE_COSTS["python_call"]})
     assert under["window_corrected_error_pct"] > 0  # the annotations' cost left in
+
+
+def test_window_validation_scales_only_the_cpu_side_costs_by_speed():
+    from experiments.overhead.validate import window_errors
+
+    # Calibrated on a machine twice as fast: CPU-side costs half as large, GPU-side ones the same.
+    slower = {e: c / 2 if e in ("annotation", "python_call") else c for e, c in TRUE_COSTS.items()}
+    windows = [_windows(20, levels=(0, 4))]
+    assert window_errors(windows, slower, speed=2.0)["window_corrected_error_pct"] == pytest.approx(0, abs=1e-9)
+    assert window_errors(windows, slower)["window_corrected_error_pct"] > 0
 
 
 def test_noise_gives_an_interval_and_one_repetition_gives_none():

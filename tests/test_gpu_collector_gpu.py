@@ -67,3 +67,32 @@ def test_utilisation_is_sampled(tmp_path):
     assert proc.utilisation is not None and len(proc.utilisation) >= 3
     util = analyze_trace(tmp_path)["utilisation"]
     assert {"GPU-bound (kernels+copies)", "nvidia-smi utilization.gpu"} <= set(util["measure"])
+
+
+def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monkeypatch):
+    from rlscope.collect.calibrate import measure_windows
+    from rlscope.collect.cupti import QUERY_APIS
+
+    torch = pytest.importorskip("torch")
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    monkeypatch.setenv("RLSCOPE_WINDOWS", "1:off,annotations,transitions,cuda_api,gpu_activities")
+    with rlscope.profile(tmp_path, process="gpu"):
+        for _ in range(3000):
+            rlscope.step()
+            with rlscope.operation("compute"):
+                x.mul_(1.0001)
+                torch.cuda.synchronize()
+    (proc,) = read_trace(tmp_path)
+    assert proc.meta["gpu"]["status"] == "on", proc.meta["gpu"]
+    windows = measure_windows([proc])[0]
+    per_level = {level: [w for w in windows if w[0] == level] for level in range(5)}
+    assert all(per_level.values())
+    for level, rows in per_level.items():
+        apis, kernels = sum(w[5] for w in rows), sum(w[6] for w in rows)
+        iterations = sum(w[2] for w in rows)
+        # A window's last kernel may still be finishing as the next window begins: allow one.
+        assert (apis >= iterations) if level >= 3 else apis <= len(rows), (level, apis, iterations)
+        assert (kernels >= iterations) if level >= 4 else kernels <= len(rows), (level, kernels, iterations)
+    names = set(proc.events.loc[proc.events["kind"] == int(Kind.CUDA_API), "name"].astype(str))
+    assert not {n.split("_v")[0] for n in names} & set(QUERY_APIS)  # untraced APIs stay untraced

@@ -35,7 +35,7 @@ def test_levels_alternate_and_events_fall_only_in_windows_that_record_them(tmp_p
     (process,) = read_trace(tmp_path)
     saved = json.loads((process.directory / WINDOWS_FILE).read_text())
     assert saved["annotations_switched"] is True
-    windows = measure_windows(tmp_path)[0]
+    windows = measure_windows(read_trace(tmp_path))[0]
     levels = [w[0] for w in windows]
     assert set(levels) == {0, 1, 2}
     assert all(w[2] >= 1 for w in windows)
@@ -54,7 +54,7 @@ def test_a_loop_inside_an_operation_keeps_annotations_on(tmp_path, monkeypatch):
             _loop(300)
     (process,) = read_trace(tmp_path)
     assert json.loads((process.directory / WINDOWS_FILE).read_text())["annotations_switched"] is False
-    windows = measure_windows(tmp_path)[0]
+    windows = measure_windows(read_trace(tmp_path))[0]
     assert {w[0] for w in windows} == {1, 2}
     assert (process.events["kind"] == int(Kind.OPERATION)).sum() == 301  # every one recorded
 
@@ -72,4 +72,57 @@ def test_validation_levels_inside_an_operation_become_annotations_and_transition
     with rlscope.profile(tmp_path, process="loop", gpu=False):
         with rlscope.operation("learn"):
             _loop(100)
-    assert {w[0] for w in measure_windows(tmp_path)[0]} == {1, 2}
+    assert {w[0] for w in measure_windows(read_trace(tmp_path))[0]} == {1, 2}
+
+
+class _FakeGpu:
+    """Stands in for the CUPTI collector: remembers when recording was switched and to what."""
+
+    def __init__(self) -> None:
+        import time
+
+        self.switches = [(time.perf_counter_ns(), True, True)]
+
+    def record(self, api: bool, gpu: bool) -> None:
+        import time
+
+        self.switches.append((time.perf_counter_ns(), api, gpu))
+
+    def stop(self) -> dict:
+        return {}
+
+
+def test_gpu_layers_are_recorded_exactly_in_their_windows(tmp_path, monkeypatch):
+    from rlscope import api
+
+    monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,annotations,transitions,cuda_api,gpu_activities")
+    fake = _FakeGpu()
+    with rlscope.profile(tmp_path, process="loop", gpu=False):
+        api._bound._gpu = fake
+        _loop(400)
+    (process,) = read_trace(tmp_path)
+    windows = json.loads((process.directory / WINDOWS_FILE).read_text())["windows"]
+    assert {w[0] for w in windows} == {0, 1, 2, 3, 4}
+    times = [t for t, _, _ in fake.switches]
+    for level, start, _, _ in windows:
+        _, api_on, gpu_on = fake.switches[np.searchsorted(times, start, side="right") - 1]
+        assert (api_on, gpu_on) == (level >= 3, level >= 4)
+    assert fake.switches[-1][1:] == (True, True)  # everything back on at the end
+    assert len(fake.switches) < len(windows)  # switched only where a GPU layer changes
+
+
+def test_cuda_api_calls_and_kernels_count_in_the_window_of_their_launch(tmp_path):
+    import pandas as pd
+
+    (tmp_path / WINDOWS_FILE).write_text(json.dumps({"windows": [[3, 0, 100, 1], [4, 100, 200, 1]]}))
+    api_, kernel = int(Kind.CUDA_API), int(Kind.GPU_KERNEL)
+    rows = [  # kind, tid, start, end, correlation
+        (api_, 1, 10, 50, 1), (api_, 1, 20, 40, 2),  # a runtime call and the driver call inside it
+        (kernel, 1, 120, 130, 1),  # runs in window 1, launched in window 0
+        (api_, 1, 110, 150, 3), (kernel, 1, 160, 170, 3),
+        (kernel, 1, 180, 190, 99),  # its launch was not recorded: counted where it ran
+    ]
+    events = pd.DataFrame(rows, columns=["kind", "tid", "start_ns", "end_ns", "correlation"]).assign(category=0)
+    process = type("Process", (), {"directory": tmp_path, "events": events})()
+    (windows,) = measure_windows([process])
+    assert [w[5:] for w in windows] == [[1, 1], [1, 2]]

@@ -32,6 +32,7 @@
 #include <mutex>
 #include <string>
 #include <tuple>
+#include <utility>
 #include <vector>
 
 #include "decode.hpp"
@@ -220,9 +221,12 @@ public:
             return release_failure(out, "cuptiActivityEnable", r);
         if (sync && (r = enable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)) != CUPTI_SUCCESS)
             return release_failure(out, "cuptiActivityEnable", r);
-        untraced_ = 0;
-        if (runtime) untraced_ += untrace(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
-        if (driver) untraced_ += untrace(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
+        untraced_.clear();
+        if (runtime) untrace(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
+        if (driver) untrace(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
+        runtime_ = runtime;
+        driver_ = driver;
+        gpu_ = gpu;
         if (gpu)
             for (CUpti_ActivityKind kind : kGpuKinds)
                 if ((r = enable(kind)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
@@ -248,6 +252,25 @@ public:
         return stats();
     }
 
+    // Calibration's alternating windows (rlscope.collect.windows): stop or resume recording
+    // CUDA API calls and GPU activities while keeping hold of CUPTI, so that one process can
+    // compare stretches with and without them. Only the layers start() enabled come back.
+    void record(bool api, bool gpu) {
+        if (!running_) return;
+        auto toggle = [](CUpti_ActivityKind kind, bool on) {
+            on ? g_api.ActivityEnable(kind) : g_api.ActivityDisable(kind);
+        };
+        if (runtime_) toggle(CUPTI_ACTIVITY_KIND_RUNTIME, api);
+        if (driver_) toggle(CUPTI_ACTIVITY_KIND_DRIVER, api);
+        if (runtime_ || driver_) toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, api);
+        if (api)  // enabling a kind again may trace every API of it: untrace the skipped ones again
+            for (const auto &[domain, cbid] : untraced_)
+                (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
+                                                        : g_api.ActivityEnableDriverApi)(cbid, 0);
+        if (gpu_)
+            for (CUpti_ActivityKind kind : kGpuKinds) toggle(kind, gpu);
+    }
+
     // In a forked child: CUPTI's state belongs to the parent; drop everything without a call.
     void abandon() {
         running_ = subscribed_ = false;
@@ -267,29 +290,27 @@ public:
         out["buffers"] = buffers_;
         out["rows_written"] = rows_written_;
         out["own_clock"] = own_clock_;
-        out["untraced_api_ids"] = untraced_;
+        out["untraced_api_ids"] = untraced_.size();
         return out;
     }
 
     nb::capsule hooks() { return nb::capsule(&g_hooks, "rlscope.correlation_hooks"); }
 
 private:
-    // Stop recording the APIs named in ``names`` (any version suffix ignored); returns how many
-    // callback ids that was. Recording an API call costs CUPTI about a microsecond, far more
-    // than the bookkeeping queries frameworks make around every launch take themselves.
-    size_t untrace(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &names) {
-        if (names.empty() || !g_api.GetCallbackName) return 0;
+    // Stop recording the APIs named in ``names`` (any version suffix ignored), remembering their
+    // callback ids. Recording an API call costs CUPTI about a microsecond, far more than the
+    // bookkeeping queries frameworks make around every launch take themselves.
+    void untrace(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &names) {
+        if (names.empty() || !g_api.GetCallbackName) return;
         auto *toggle = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi : g_api.ActivityEnableDriverApi;
-        if (!toggle) return 0;
-        size_t count = 0;
+        if (!toggle) return;
         for (uint32_t cbid = 1; cbid < size; ++cbid) {
             const char *name = nullptr;
             if (g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
             const std::string text = without_version(name);
             for (const std::string &skip : names)
-                if (text == skip && toggle(cbid, 0) == CUPTI_SUCCESS) ++count;
+                if (text == skip && toggle(cbid, 0) == CUPTI_SUCCESS) untraced_.emplace_back(domain, cbid);
         }
-        return count;
     }
 
     CUptiResult enable(CUpti_ActivityKind kind) {
@@ -403,7 +424,8 @@ private:
     CUpti_SubscriberHandle subscriber_ = nullptr;
     int rows_fd_ = -1, names_fd_ = -1;
     bool subscribed_ = false, running_ = false, own_clock_ = false;
-    uint64_t untraced_ = 0;
+    bool runtime_ = false, driver_ = false, gpu_ = false;  // the layers start() enabled
+    std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
 };
 
@@ -455,6 +477,8 @@ NB_MODULE(_cupti, m) {
              "chunk_rows"_a = 1 << 16, "buffer_bytes"_a = 8 << 20, "dump_dir"_a = "")
         .def("start", &Tracer::start, "runtime"_a = true, "driver"_a = true, "gpu"_a = true, "sync"_a = false,
              "untraced_apis"_a = std::vector<std::string>())
+        .def("record", &Tracer::record, "api"_a, "gpu"_a,
+             "Stop or resume recording CUDA API calls and GPU activities (calibration's windows).")
         .def("stop", &Tracer::stop)
         .def("abandon", &Tracer::abandon)
         .def("stats", &Tracer::stats)

@@ -8,11 +8,14 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   uninstrumented total. Identical runs differ by 10-50% on a shared machine, so one pair says
   little; repetitions and the noise floor (``noise_pct``: how far apart two uninstrumented
   runs of the same length were) tell how much.
-- **alternating windows**: one run that switches everything rlscope does on the CPU on and off
-  every ``window_ms`` (``rlscope.collect.windows``). Per palindromic block, the corrected time
-  per iteration of the profiled windows against that of the unprofiled windows next to them;
-  mean and 95% interval over blocks. GPU tracing stays on in both, so this checks the CPU-side
-  correction; the whole runs check everything.
+- **alternating windows**: one run that switches everything rlscope records on and off every
+  ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI stays attached but
+  records nothing in the unprofiled windows). Per palindromic block, the corrected time per
+  iteration of the profiled windows against that of the unprofiled windows next to them; mean
+  and 95% interval over blocks.
+
+Both corrections scale the CPU-side costs by the run's speed against the calibration's
+(``speed_factor``), as ``rlscope analyze --corrected`` does.
 
     error = (corrected - uninstrumented) / uninstrumented
 """
@@ -35,18 +38,22 @@ def _total_ns(breakdown: Any, column: str) -> float:
     return float(breakdown.loc[breakdown["thread"] == "main", column].sum())
 
 
-def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float]) -> dict[str, float]:
+def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0
+                  ) -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
-    per block, time per iteration of each; mean and 95% half-width over blocks."""
-    from rlscope.analyze.calibration import mean_ci95, window_blocks
+    per block, time per iteration of each; mean and 95% half-width over blocks. ``speed`` scales
+    the costs of CPU-side events, as in ``correct_breakdown``."""
+    from rlscope.analyze.calibration import EVENTS, mean_ci95, window_blocks
 
+    scale = {event: speed if layer == "Python" else 1.0 for event, (_, layer) in EVENTS.items()}
     raw, corrected = [], []
     for run in windows:
         for block in window_blocks(run):
             if len(block) != 2:
                 continue
             (base, _), (tau, eps) = block[min(block)], block[max(block)]
-            removed = sum(costs_ns.get(event, 0.0) * per_iteration for event, per_iteration in eps.items())
+            removed = sum(costs_ns.get(event, 0.0) * scale.get(event, 1.0) * per_iteration
+                          for event, per_iteration in eps.items())
             raw.append(100 * (tau - base) / base)
             corrected.append(100 * (tau - removed - base) / base)
     if len(corrected) < 2:
@@ -63,10 +70,12 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE
+    from rlscope.analyze.calibration import speed_factor, trace_call_medians
     from rlscope.collect.calibrate import calibrate, measure_run, measure_windows
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
-    from rlscope.collect.windows import format_windows
+    from rlscope.collect.windows import LEVELS, format_windows
+    from rlscope.trace.reader import read_trace
 
     if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
         raise SkipRun(f"needs a GPU: {reason}")
@@ -88,9 +97,12 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         base_ns = measure_run(run("base", wall_only=True))["wall_ns"]
-        breakdown = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)["breakdown"]
+        profiled = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
         base_again_ns = measure_run(run("base_again", wall_only=True))["wall_ns"]
-        windows = measure_windows(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", "transitions"])))
+        alternating = read_trace(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))
+        windows = measure_windows(alternating)
+        window_speed = speed_factor(calibration.call_medians_ns, trace_call_medians(alternating))
+    breakdown = profiled["breakdown"]
     raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
     base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
@@ -100,7 +112,9 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "raw_error_pct": 100 * (raw - base) / base,
         "corrected_error_pct": 100 * (corrected - base) / base,
         "noise_pct": 100 * abs(base_ns - base_again_ns) / base,
-        **window_errors(windows, calibration.costs_ns),
+        "speed_vs_calibration": float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else 1.0,
+        **window_errors(windows, calibration.costs_ns, window_speed),
+        "window_speed_vs_calibration": window_speed,
         "calibration_blocks": calibration.blocks,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},

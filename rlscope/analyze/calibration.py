@@ -4,14 +4,14 @@ Each layer of instrumentation (``CONFIGS``: annotations, Python->native transiti
 tracing, GPU activity records) adds time; divided by that layer's events it is a cost per
 event. Two measurements give it:
 
-- **Alternating windows** (the CPU-side layers, when the workload calls ``rlscope.step()``):
-  one process switches annotations and transitions on and off every few milliseconds
-  (``rlscope.collect.windows``); per palindromic block of windows, the time per iteration a
-  level adds over the level below, over the events per iteration it adds. Whole runs differ by
-  10-50% on a shared machine; neighbouring windows share the machine's state, so the costs come
-  out an order of magnitude tighter.
-- **Whole runs** (the GPU layers, and the CPU layers of a workload without iterations): a
-  ladder of runs, each adding one layer, repeated and interleaved, paired per round::
+- **Alternating windows** (when the workload calls ``rlscope.step()``): one process switches
+  annotations, transitions, CUDA API and GPU activity recording on and off every few
+  milliseconds (``rlscope.collect.windows``); per palindromic block of windows, the time per
+  iteration a level adds over the level below, over the events per iteration it adds. Whole
+  runs differ by 10-50% on a shared machine; neighbouring windows share the machine's state,
+  so the costs come out an order of magnitude tighter.
+- **Whole runs** (a workload without iterations): a ladder of runs, each adding one layer,
+  repeated and interleaved, paired per round::
 
       cost_k = (T_k - T_{k-1} - sum_{j<k} (N_kj - N_{k-1,j}) * cost_j) / N_kk
 
@@ -44,7 +44,7 @@ from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
-           "derive_window_costs", "window_blocks", "mean_ci95", "call_medians", "pool_call_medians",
+           "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "call_medians", "pool_call_medians",
            "trace_call_medians", "speed_factor", "correct_breakdown", "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
@@ -177,18 +177,19 @@ def derive_costs(runs: list[dict[str, Any]], known: dict[str, float] | None = No
 
 
 # Alternating windows (rlscope.collect.windows): level -> the event type whose cost it adds.
-WINDOW_EVENTS = {1: "annotation", 2: "python_call"}
-_WINDOW_COLUMNS = ("level", "duration_ns", "iterations", "annotation", "python_call")
+WINDOW_EVENTS = {1: "annotation", 2: "python_call", 3: "cuda_api", 4: "gpu_activity"}
+WINDOW_COLUMNS = ("level", "duration_ns", "iterations", "annotation", "python_call", "cuda_api", "gpu_activity")
 
 
 def window_blocks(windows: list[list[float]]) -> list[dict[int, tuple[float, dict[str, float]]]]:
     """Group one run's windows into palindromic blocks (the first block, warm-up, dropped): per
     block and level, the time per iteration and the events of each type per iteration.
 
-    ``windows``: rows of ``level, duration_ns, iterations, annotations, python_calls``.
+    ``windows``: rows laid out as ``WINDOW_COLUMNS`` (event columns missing at the end: none).
     """
     levels = sorted({int(w[0]) for w in windows})
     size = 2 * len(levels)
+    events = WINDOW_COLUMNS[3:len(windows[0])] if windows else ()
     blocks = []
     for first in range(size, len(windows) - size + 1, size):
         block: dict[int, tuple[float, dict[str, float]]] = {}
@@ -198,17 +199,17 @@ def window_blocks(windows: list[list[float]]) -> list[dict[int, tuple[float, dic
                 break
             iterations = rows[:, 2].sum()
             block[level] = (rows[:, 1].sum() / iterations,
-                            {e: rows[:, 3 + i].sum() / iterations for i, e in enumerate(_WINDOW_COLUMNS[3:])})
+                            {e: rows[:, 3 + i].sum() / iterations for i, e in enumerate(events)})
         else:
             blocks.append(block)
     return blocks
 
 
 def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float], dict[str, float | None], int]:
-    """Per-event costs of the CPU-side layers from alternating-window runs: per block, the time
-    per iteration a level adds over the level below, less the known costs of the events that
-    also grew, divided by the growth of its own events per iteration. Returns costs, 95%
-    half-widths over all blocks of all runs, and the number of blocks.
+    """Per-event costs from alternating-window runs: per block, the time per iteration a level
+    adds over the level below, less the known costs of the events that also grew, divided by the
+    growth of its own events per iteration. Returns costs, 95% half-widths over all blocks of all
+    runs, and the number of blocks.
 
     A layer whose events total fewer than ``MIN_EVENTS`` (annotations never switched, because
     the loop runs inside an operation) gets no cost.
@@ -225,7 +226,7 @@ def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float]
             for lo, hi in zip(levels, levels[1:]):
                 event = WINDOW_EVENTS[hi]
                 (tau_lo, eps_lo), (tau_hi, eps_hi) = block[lo], block[hi]
-                grown = eps_hi[event] - eps_lo[event]
+                grown = eps_hi.get(event, 0.0) - eps_lo.get(event, 0.0)
                 if grown <= 0:
                     continue
                 delta = tau_hi - tau_lo - sum((eps_hi[e] - eps_lo[e]) * c for e, c in costs.items())
@@ -234,7 +235,7 @@ def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float]
         for row in windows:
             if int(row[0]) in WINDOW_EVENTS:
                 event = WINDOW_EVENTS[int(row[0])]
-                totals[event] = totals.get(event, 0.0) + row[_WINDOW_COLUMNS.index(event)]
+                totals[event] = totals.get(event, 0.0) + row[WINDOW_COLUMNS.index(event)]
     samples = {e: v for e, v in samples.items() if totals.get(e, 0.0) >= MIN_EVENTS}
     means, ci = _mean_ci(samples)
     return means, ci, n_blocks

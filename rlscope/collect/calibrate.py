@@ -1,10 +1,10 @@
 """`rlscope calibrate`: run a workload under each instrumentation configuration and derive what
 each recorded event costs (``rlscope.analyze.calibration``).
 
-Per repetition: one run that alternates the CPU-side layers in windows of a few milliseconds
-(``rlscope.collect.windows``), and where a GPU is, whole runs of ``transitions``, ``cuda_api``
-and ``gpu_activities`` for the GPU layers. A workload that never calls ``rlscope.step()`` has no
-iterations to alternate on: it is calibrated with whole runs of every configuration instead.
+Per repetition: one run that alternates the layers in windows of a few milliseconds
+(``rlscope.collect.windows``): annotations and transitions, and where a GPU is, CUDA API and
+GPU activity recording. A workload that never calls ``rlscope.step()`` has no iterations to
+alternate on: it is calibrated with whole runs of every configuration instead.
 
 Layout: ``OUTPUT/calibration.json`` and ``OUTPUT/runs/<repetition>-<config>/`` (each a trace
 directory with ``log.txt``). Configurations are interleaved within each repetition so that slow
@@ -36,6 +36,7 @@ from rlscope.analyze.calibration import (
     window_blocks,
 )
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
+from rlscope.analyze.overlap import outermost
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
@@ -59,15 +60,32 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     return {"wall_ns": wall, "counts": counts, "call_medians": trace_call_medians(processes)}
 
 
-def measure_windows(trace_dir: Path) -> list[list[list[int]]]:
-    """Per process that alternated, its complete windows: ``[level, duration_ns, iterations,
-    annotations, python_calls]`` with events counted where they start."""
-    from rlscope.trace.reader import read_trace
+def _event_times(events: Any) -> list[np.ndarray]:
+    """When each counted event happened, per event type of ``WINDOW_COLUMNS``, counted as the
+    transitions table counts them: operations and native calls at their start, outermost CUDA
+    API calls per thread at theirs, kernels at the start of the API call that launched them
+    (what recording a kernel costs is paid at its launch)."""
+    kind = events["kind"].to_numpy()
+    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
+    api = np.flatnonzero(kind == int(Kind.CUDA_API))
+    outer = np.concatenate([api[tid[api] == t][outermost(start[api[tid[api] == t]], end[api[tid[api] == t]])]
+                            for t in np.unique(tid[api])]) if len(api) else api
+    order = np.argsort(correlation[api], kind="stable")
+    kernels = np.flatnonzero(kind == int(Kind.GPU_KERNEL))
+    at = np.searchsorted(correlation[api][order], correlation[kernels])
+    launched = at < len(api)
+    launched[launched] = correlation[api][order][at[launched]] == correlation[kernels][launched]
+    kernel_times = start[kernels].copy()
+    kernel_times[launched] = start[api][order][at[launched]]
+    return [start[kind == int(Kind.OPERATION)],
+            start[(kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0)],
+            start[outer], kernel_times]
 
-    return _windows_of(read_trace(trace_dir))
 
-
-def _windows_of(processes: list[Any]) -> list[list[list[int]]]:
+def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
+    """Per process of a trace (``ProcessTrace`` objects) that alternated, its complete windows
+    laid out as ``WINDOW_COLUMNS``."""
     out = []
     for process in processes:
         path = process.directory / WINDOWS_FILE
@@ -76,15 +94,13 @@ def _windows_of(processes: list[Any]) -> list[list[list[int]]]:
         windows = np.array(json.loads(path.read_text())["windows"], dtype=np.int64).reshape(-1, 4)
         if not len(windows):
             continue
-        events = process.events
-        start = events["start_ns"].to_numpy()
-        kind = events["kind"].to_numpy()
-        index = np.searchsorted(windows[:, 1], start, side="right") - 1
-        inside = (index >= 0) & (start < windows[np.maximum(index, 0), 2])
-        masks = (kind == int(Kind.OPERATION), (kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0))
-        counts = [np.bincount(index[m & inside], minlength=len(windows)) for m in masks]
-        out.append([[int(w[0]), int(w[2] - w[1]), int(w[3]), int(a), int(c)]
-                    for w, a, c in zip(windows, *counts)])
+        counts = []
+        for times in _event_times(process.events):
+            index = np.searchsorted(windows[:, 1], times, side="right") - 1
+            inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
+            counts.append(np.bincount(index[inside], minlength=len(windows)))
+        out.append([[int(w[0]), int(w[2] - w[1]), int(w[3]), *(int(c[i]) for c in counts)]
+                    for i, w in enumerate(windows)])
     return out
 
 
@@ -104,10 +120,10 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     if gpu and (reason := gpu_unavailable_reason()) is not None:
         gpu = False
         progress(f"no GPU here ({reason}): calibrating the CPU-side events only")
-    gpu_runs = ["transitions", *GPU_CONFIGS] if gpu else []
     ladder = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
-    alternate = format_windows(window_ms, list(LEVELS))
-    plan = [WINDOWS, *gpu_runs]
+    gpu_layers = CONFIGS["gpu_activities"][1] if gpu else False
+    alternate = format_windows(window_ms, list(LEVELS if gpu else LEVELS[:3]))
+    plan = [WINDOWS]
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
     done = 0
@@ -124,7 +140,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             with log.open("w") as out:
                 try:
                     if config == WINDOWS:
-                        _, code = run_profiled(command, run_dir, gpu=False, windows=alternate, stdout=out,
+                        _, code = run_profiled(command, run_dir, gpu=gpu_layers, windows=alternate, stdout=out,
                                                timeout_s=timeout_s)
                     else:
                         transitions, layers, _ = CONFIGS[config]
@@ -142,7 +158,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
             processes = read_trace(run_dir)  # once, for both the windows and the machine's speed
-            windows = _windows_of(processes)
+            windows = measure_windows(processes)
             if any(window_blocks(w) for w in windows):
                 runs.append({"config": config, "repetition": rep, "windows": windows,
                              "call_medians": trace_call_medians(processes)})

@@ -185,6 +185,12 @@ class GpuCollector:
             self._tracer = self._ops = None
         return self.meta
 
+    def record(self, api: bool, gpu: bool) -> None:
+        """Stop or resume recording CUDA API calls and GPU activities, keeping hold of CUPTI
+        (calibration's alternating windows); only the layers started with come back."""
+        if self._tracer is not None:
+            self._tracer.record(api=api, gpu=gpu)
+
     def abandon(self) -> None:
         """In a forked child: the parent's CUPTI state is not ours to touch."""
         if self._tracer is not None:

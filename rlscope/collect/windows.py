@@ -1,4 +1,4 @@
-"""Alternating windows: one run that switches rlscope's CPU-side layers on and off as it goes.
+"""Alternating windows: one run that switches rlscope's layers on and off as it goes.
 
 Whole runs of one workload differ by 10-50% in wall time on a shared machine, which swamps
 what a layer costs. Within one process the machine's speed drifts slowly (successive 6 ms
@@ -9,11 +9,15 @@ switch layers at iteration boundaries (``rlscope.step()``) in windows of at leas
 - ``off``: annotations are no-ops exactly as in an unprofiled process, and the transition
   collector's hooks are out (on Python 3.11, those of the thread calling step());
 - ``annotations``: annotations recorded, hooks out;
-- ``transitions``: both (what ``rlscope prof`` records on the CPU).
+- ``transitions``: both (what ``rlscope prof`` records on the CPU);
+- ``cuda_api``: and CUDA API calls recorded by CUPTI;
+- ``gpu_activities``: and kernels, copies and memsets (everything ``rlscope prof`` records).
 
-GPU tracing, where on, stays on throughout. The configurations follow a palindrome (``off,
-annotations, transitions, transitions, annotations, off``, ...), so a drift linear over one
-block of windows adds the same time to every configuration. A window's configuration is what
+The GPU layers are switched only where the process traces its GPU (CUPTI stays attached
+throughout, recording nothing below ``cuda_api``); elsewhere the top two levels equal
+``transitions``. The configurations follow a palindrome (``off, annotations, transitions,
+transitions, annotations, off``, ...), so a drift linear over one block of windows adds the
+same time to every configuration. A window's configuration is what
 was in force: annotations are switched only while the calling thread has no operation open
 (a loop inside an annotated operation keeps them on throughout, and says so).
 
@@ -32,7 +36,7 @@ from rlscope.harness.files import write_json_atomic
 
 __all__ = ["LEVELS", "WINDOWS_FILE", "AlternatingWindows", "parse_windows", "format_windows"]
 
-LEVELS = ("off", "annotations", "transitions")
+LEVELS = ("off", "annotations", "transitions", "cuda_api", "gpu_activities")
 WINDOWS_FILE = "windows.json"
 
 
@@ -55,7 +59,7 @@ def format_windows(window_ms: float, levels: list[str]) -> str:
 
 
 class AlternatingWindows:
-    """Switches a session's CPU-side layers at iteration boundaries; becomes its ``step``."""
+    """Switches a session's layers at iteration boundaries; becomes its ``step``."""
 
     def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
         self.session = session
@@ -100,6 +104,9 @@ class AlternatingWindows:
                 collector.resume()
             elif level < 2 and self._level >= 2:
                 collector.suspend()
+        gpu = session._gpu
+        if gpu is not None and ((level >= 3) != (self._level >= 3) or (level >= 4) != (self._level >= 4)):
+            gpu.record(api=level >= 3, gpu=level >= 4)
         self._level = (1 if annotate and level == 0 else level)
 
     def close(self, directory: Path) -> None:
@@ -108,6 +115,8 @@ class AlternatingWindows:
 
         if self._level < 2 and self.session._collector is not None:
             self.session._collector.resume()
+        if self._level < 4 and self.session._gpu is not None:
+            self.session._gpu.record(api=True, gpu=True)
         self._level = len(LEVELS) - 1
         if api._bound is self.session:  # still profiling (not stopping through the API)
             api._annotate_into(self.session)
