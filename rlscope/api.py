@@ -196,7 +196,10 @@ def _start_from_environment() -> None:
     if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
         from rlscope.collect.session import WallClock
 
-        atexit.register(WallClock(Path(directory), os.environ.get(ENV_PROCESS)).stop)
+        global _stepper
+        clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS))
+        _stepper = clock.first_step
+        atexit.register(clock.stop)
         return
     _bind(_start(Path(directory), None, None, None))
     atexit.register(_stop_at_exit)

@@ -265,3 +265,43 @@ def test_speed_factor_scales_only_the_cpu_side_costs():
     out = correct_breakdown(breakdown, transitions, cal, speed=2.0).set_index(["operation", "resources"])
     assert out.loc[("inference", "Python"), "corrected_ns"] == 10_000 - 4 * 200  # scaled
     assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 4_000 - 2 * 1000  # not scaled
+
+
+def test_uninstrumented_run_remembers_only_its_first_step(tmp_path):
+    from rlscope.collect.calibrate import first_step_ns
+    from rlscope.collect.launch import run_profiled
+    from rlscope.trace.reader import read_trace
+
+    script = "import time, rlscope\ntime.sleep(0.05)\nfor _ in range(3): rlscope.step()\n"
+    _, code = run_profiled([sys.executable, "-c", script], tmp_path, wall_only=True)
+    assert code == 0
+    (process,) = read_trace(tmp_path)
+    first = first_step_ns(process)
+    assert process.meta["start_ns"] + 50_000_000 <= first <= process.meta["end_ns"]
+
+
+class _Process:
+    def __init__(self, meta: dict, events: pd.DataFrame | None = None) -> None:
+        self.meta, self.events = meta, events
+
+
+def test_steady_check_leaves_out_start_up_and_its_events():
+    from experiments.overhead.validate import steady_errors
+    from rlscope.trace.schema import Kind
+
+    s = 1_000_000_000
+    base = [_Process({"wall_only": True, "start_ns": 0, "first_step_ns": 1 * s, "end_ns": 11 * s}),
+            _Process({"wall_only": True, "start_ns": 0, "first_step_ns": 3 * s, "end_ns": 13 * s})]
+    # Profiled: 1000 intercepted calls of 1 ms before its first step (at 2 s), 1000 after; the
+    # steady part is 11 s, of which 1 s is overhead: exactly the uninstrumented 10 s.
+    rows = [(int(Kind.STEP), 0, 7, 2 * s, 2 * s + 1)]
+    rows += [(int(Kind.CPU_CALL), 1, 7, t, t + 10) for t in range(0, 2 * s, 2 * s // 1000)]
+    rows += [(int(Kind.CPU_CALL), 1, 7, t, t + 10) for t in range(2 * s + 5, 13 * s, 11 * s // 1000)][:1000]
+    events = pd.DataFrame(rows, columns=["kind", "category", "tid", "start_ns", "end_ns"]).assign(correlation=0)
+    profiled = [_Process({"start_ns": 0, "end_ns": 13 * s, "main_tid": 7}, events)]
+    costs = {"python_call": 1e6}
+    result = steady_errors(base, profiled, raw_ns=13 * s, corrected_ns=11 * s, costs_ns=costs, speed=1.0)
+    assert result["steady_corrected_error_pct"] == pytest.approx(0)
+    assert result["steady_raw_error_pct"] == pytest.approx(10)
+    assert result["steady_noise_pct"] == pytest.approx(0)
+    assert steady_errors(base[:1], profiled, 13 * s, 11 * s, costs, 1.0) == {}  # no second baseline

@@ -7,7 +7,9 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   (the sum of its main threads' breakdown rows: interpreter start to exit) against the
   uninstrumented total. Identical runs differ by 10-50% on a shared machine, so one pair says
   little; repetitions and the noise floor (``noise_pct``: how far apart two uninstrumented
-  runs of the same length were) tell how much.
+  runs of the same length were) tell how much. The same comparison from each run's first
+  ``rlscope.step()`` on (``steady_*``) leaves out the interpreter's start-up, whose time (imports,
+  CUDA initialisation) varies by seconds between identical runs.
 - **alternating windows**: one run that switches everything rlscope records on and off every
   ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI stays attached but
   records nothing in the unprofiled windows). Per palindromic block, the corrected time per
@@ -31,29 +33,36 @@ import numpy as np
 
 from rlscope.errors import SkipRun
 
-__all__ = ["overhead_correction", "window_errors"]
+__all__ = ["overhead_correction", "window_errors", "steady_errors", "applied_costs"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
     return float(breakdown.loc[breakdown["thread"] == "main", column].sum())
 
 
+def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, float]:
+    """The costs as ``correct_breakdown`` applies them: none below zero, the CPU-side ones
+    scaled by the run's speed against the calibration's."""
+    from rlscope.analyze.calibration import EVENTS
+
+    return {event: max(costs_ns.get(event, 0.0), 0.0) * (speed if layer == "Python" else 1.0)
+            for event, (_, layer) in EVENTS.items()}
+
+
 def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0
                   ) -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
-    per block, time per iteration of each; mean and 95% half-width over blocks. ``speed`` scales
-    the costs of CPU-side events, as in ``correct_breakdown``."""
-    from rlscope.analyze.calibration import EVENTS, mean_ci95, window_blocks
+    per block, time per iteration of each; mean and 95% half-width over blocks."""
+    from rlscope.analyze.calibration import mean_ci95, window_blocks
 
-    scale = {event: speed if layer == "Python" else 1.0 for event, (_, layer) in EVENTS.items()}
+    costs = applied_costs(costs_ns, speed)
     raw, corrected = [], []
     for run in windows:
         for block in window_blocks(run):
             if len(block) != 2:
                 continue
             (base, _), (tau, eps) = block[min(block)], block[max(block)]
-            removed = sum(costs_ns.get(event, 0.0) * scale.get(event, 1.0) * per_iteration
-                          for event, per_iteration in eps.items())
+            removed = sum(costs.get(event, 0.0) * per_iteration for event, per_iteration in eps.items())
             raw.append(100 * (tau - base) / base)
             corrected.append(100 * (tau - removed - base) / base)
     if len(corrected) < 2:
@@ -63,14 +72,43 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
             "window_corrected_ci95_pct": half, "window_blocks": len(corrected)}
 
 
+def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected_ns: float,
+                  costs_ns: dict[str, float], speed: float) -> dict[str, float]:
+    """The whole-run check from the first rlscope.step() on: the interpreter's start-up (imports,
+    CUDA initialisation) varies by seconds between identical runs and is left out. The profiled
+    run's corrected time from its first step is its time from there less what the correction
+    removed from there on (all it removed, less what the main thread's events before the first
+    step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
+    from rlscope.analyze.calibration import WINDOW_COLUMNS
+    from rlscope.collect.calibrate import event_times, first_step_ns
+
+    if len(profiled) != 1 or len(base) != 2:
+        return {}
+    process = profiled[0]
+    firsts = [first_step_ns(p) for p in (*base, process)]
+    if None in firsts:
+        return {}
+    bases = [float(b.meta["end_ns"] - f) for b, f in zip(base, firsts)]
+    first, end = firsts[-1], int(process.meta["end_ns"])
+    events = process.events[process.events["tid"] == process.meta["main_tid"]]
+    costs = applied_costs(costs_ns, speed)
+    before = sum(costs[e] * int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(events)))
+    steady_raw = float(end - first)
+    steady_corrected = steady_raw - (raw_ns - corrected_ns - before)
+    uninstrumented = sum(bases) / 2
+    return {"steady_uninstrumented_s": uninstrumented / 1e9,
+            "steady_raw_error_pct": 100 * (steady_raw - uninstrumented) / uninstrumented,
+            "steady_corrected_error_pct": 100 * (steady_corrected - uninstrumented) / uninstrumented,
+            "steady_noise_pct": 100 * abs(bases[0] - bases[1]) / uninstrumented}
+
+
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0
                         ) -> dict[str, Any]:
     """Calibrate, validate once both ways; return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
-    from rlscope.analyze.calibration import CALIBRATION_FILE
-    from rlscope.analyze.calibration import speed_factor, trace_call_medians
+    from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, trace_call_medians
     from rlscope.collect.calibrate import calibrate, measure_run, measure_windows
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
@@ -99,11 +137,14 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         base_ns = measure_run(run("base", wall_only=True))["wall_ns"]
         profiled = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
         base_again_ns = measure_run(run("base_again", wall_only=True))["wall_ns"]
+        breakdown = profiled["breakdown"]
+        raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
+        speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else 1.0
+        steady = steady_errors([p for name in ("base", "base_again") for p in read_trace(root / name)],
+                               read_trace(root / "profiled"), raw, corrected, calibration.costs_ns, speed)
         alternating = read_trace(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))
         windows = measure_windows(alternating)
         window_speed = speed_factor(calibration.call_medians_ns, trace_call_medians(alternating))
-    breakdown = profiled["breakdown"]
-    raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
     base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
         "uninstrumented_s": base / 1e9,
@@ -112,7 +153,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "raw_error_pct": 100 * (raw - base) / base,
         "corrected_error_pct": 100 * (corrected - base) / base,
         "noise_pct": 100 * abs(base_ns - base_again_ns) / base,
-        "speed_vs_calibration": float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else 1.0,
+        "speed_vs_calibration": speed,
+        **steady,
         **window_errors(windows, calibration.costs_ns, window_speed),
         "window_speed_vs_calibration": window_speed,
         "calibration_blocks": calibration.blocks,

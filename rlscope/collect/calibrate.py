@@ -40,7 +40,7 @@ from rlscope.analyze.overlap import outermost
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
-__all__ = ["calibrate", "measure_run", "measure_windows", "WINDOW_MS"]
+__all__ = ["calibrate", "measure_run", "measure_windows", "event_times", "first_step_ns", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
@@ -60,7 +60,7 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     return {"wall_ns": wall, "counts": counts, "call_medians": trace_call_medians(processes)}
 
 
-def _event_times(events: Any) -> list[np.ndarray]:
+def event_times(events: Any) -> list[np.ndarray]:
     """When each counted event happened, per event type of ``WINDOW_COLUMNS``, counted as the
     transitions table counts them: operations and native calls at their start, outermost CUDA
     API calls per thread at theirs, kernels at the start of the API call that launched them
@@ -83,6 +83,15 @@ def _event_times(events: Any) -> list[np.ndarray]:
             start[outer], kernel_times]
 
 
+def first_step_ns(process: Any) -> int | None:
+    """When a process first called rlscope.step() (profiled or wall-clock only), or None."""
+    if process.meta.get("wall_only"):
+        return process.meta.get("first_step_ns")
+    events = process.events
+    steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
+    return int(steps.min()) if len(steps) else None
+
+
 def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
     """Per process of a trace (``ProcessTrace`` objects) that alternated, its complete windows
     laid out as ``WINDOW_COLUMNS``."""
@@ -95,7 +104,7 @@ def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
         if not len(windows):
             continue
         counts = []
-        for times in _event_times(process.events):
+        for times in event_times(process.events):
             index = np.searchsorted(windows[:, 1], times, side="right") - 1
             inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
             counts.append(np.bincount(index[inside], minlength=len(windows)))
