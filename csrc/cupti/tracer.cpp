@@ -22,11 +22,13 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <link.h>
+#include <pthread.h>
 #include <unistd.h>
 
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
+#include <map>
 #include <ctime>
 #include <memory>
 #include <mutex>
@@ -291,6 +293,11 @@ public:
         out["rows_written"] = rows_written_;
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
+        // Which threads decoded and wrote the buffers, and for how long: [thread ident, buffers, ns].
+        nb::list processing;
+        for (const auto &[thread, spent] : processing_)
+            processing.append(nb::make_tuple(thread, spent.first, spent.second));
+        out["buffer_processing"] = processing;
         return out;
     }
 
@@ -363,6 +370,7 @@ private:
     }
 
     void consume(CUcontext context, uint32_t stream, uint8_t *buffer, size_t valid) {
+        const uint64_t began = monotonic_ns();
         std::lock_guard<std::mutex> lock(mutex_);
         ++buffers_;
         if (!dump_dir_.empty() && valid > 0) dump(buffer, valid);
@@ -379,6 +387,9 @@ private:
             write_all(names_fd_, text.data(), text.size());
         }
         if (rows_.size() >= chunk_values_) write_rows();
+        auto &spent = processing_[static_cast<uint64_t>(pthread_self())];
+        spent.first += 1;
+        spent.second += monotonic_ns() - began;
     }
 
     void write_rows() {
@@ -427,6 +438,7 @@ private:
     bool runtime_ = false, driver_ = false, gpu_ = false;  // the layers start() enabled
     std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
+    std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> to_array(std::vector<int64_t> &&rows) {
