@@ -45,7 +45,7 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     ax.set_title(f"Profiling overhead before and after correction ({meta.get('scale', '')} scale)\n"
                  "calibrated on runs half as long; whole runs: mean ± sd over repetitions; "
                  "windows: 95% interval", fontsize=9)
-    ax.legend(fontsize=8)
+    ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     ax.grid(axis="y", alpha=0.3)
     note_skipped(fig, results, "workload")
     fig.tight_layout()
