@@ -303,5 +303,15 @@ def test_steady_check_leaves_out_start_up_and_its_events():
     result = steady_errors(base, profiled, raw_ns=13 * s, corrected_ns=11 * s, costs_ns=costs, speed=1.0)
     assert result["steady_corrected_error_pct"] == pytest.approx(0)
     assert result["steady_raw_error_pct"] == pytest.approx(10)
-    assert result["steady_noise_pct"] == pytest.approx(0)
+    assert result["steady_noise_pct"] == pytest.approx(0) and result["steady_iterations"] == 1
     assert steady_errors(base[:1], profiled, 13 * s, 11 * s, costs, 1.0) == {}  # no second baseline
+
+
+def test_unprofiled_windows_are_set_against_the_uninstrumented_iteration():
+    from experiments.overhead.validate import unprofiled_windows_slowdown
+
+    windows = [[[0, 1_100_000, 10], [2, 2_000_000, 10], [2, 2_000_000, 10], [0, 1_100_000, 10]]]
+    steady = {"steady_uninstrumented_s": 0.001, "steady_iterations": 10}  # 100 us per iteration
+    result = unprofiled_windows_slowdown(windows, steady)
+    assert result["unprofiled_windows_vs_uninstrumented_pct"] == pytest.approx(10)
+    assert unprofiled_windows_slowdown(windows, {}) == {}

@@ -33,7 +33,7 @@ import numpy as np
 
 from rlscope.errors import SkipRun
 
-__all__ = ["overhead_correction", "window_errors", "steady_errors", "applied_costs"]
+__all__ = ["overhead_correction", "window_errors", "steady_errors", "applied_costs", "unprofiled_windows_slowdown"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
@@ -81,6 +81,7 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
     from rlscope.analyze.calibration import WINDOW_COLUMNS
     from rlscope.collect.calibrate import event_times, first_step_ns
+    from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
         return {}
@@ -96,10 +97,27 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     steady_raw = float(end - first)
     steady_corrected = steady_raw - (raw_ns - corrected_ns - before)
     uninstrumented = sum(bases) / 2
+    iterations = int((events["kind"] == int(Kind.STEP)).sum())
     return {"steady_uninstrumented_s": uninstrumented / 1e9,
+            "steady_iterations": iterations,
             "steady_raw_error_pct": 100 * (steady_raw - uninstrumented) / uninstrumented,
             "steady_corrected_error_pct": 100 * (steady_corrected - uninstrumented) / uninstrumented,
             "steady_noise_pct": 100 * abs(bases[0] - bases[1]) / uninstrumented}
+
+
+def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[str, float]) -> dict[str, float]:
+    """How much slower, per iteration, the alternating run's unprofiled windows ran than the
+    uninstrumented runs from their first step (same command, so the same iterations): what
+    profiling costs even while it records nothing (CUPTI attached, collectors idle), which
+    neither the windows' calibration nor their check can see. Runs differ by their noise."""
+    if not steady.get("steady_iterations"):
+        return {}
+    rows = np.array([w[:3] for run in windows for w in run if w[0] == min(v[0] for v in run)], dtype=np.float64)
+    if not len(rows) or rows[:, 2].sum() == 0:
+        return {}
+    off = rows[:, 1].sum() / rows[:, 2].sum()
+    base = steady["steady_uninstrumented_s"] * 1e9 / steady["steady_iterations"]
+    return {"unprofiled_windows_vs_uninstrumented_pct": 100 * (off - base) / base}
 
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
@@ -157,6 +175,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **steady,
         **window_errors(windows, calibration.costs_ns, window_speed),
         "window_speed_vs_calibration": window_speed,
+        **unprofiled_windows_slowdown(windows, steady),
         "calibration_blocks": calibration.blocks,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
