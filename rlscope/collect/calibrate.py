@@ -35,8 +35,8 @@ from rlscope.analyze.calibration import (
     trace_call_medians,
     window_blocks,
 )
-from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.analyze.overlap import outermost
+from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
@@ -69,8 +69,8 @@ def event_times(events: Any) -> list[np.ndarray]:
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
     api = np.flatnonzero(kind == int(Kind.CUDA_API))
-    outer = np.concatenate([api[tid[api] == t][outermost(start[api[tid[api] == t]], end[api[tid[api] == t]])]
-                            for t in np.unique(tid[api])]) if len(api) else api
+    per_thread = [api[tid[api] == t] for t in np.unique(tid[api])]
+    outer = np.concatenate([ids[outermost(start[ids], end[ids])] for ids in per_thread]) if len(api) else api
     order = np.argsort(correlation[api], kind="stable")
     kernels = np.flatnonzero(kind == int(Kind.GPU_KERNEL))
     at = np.searchsorted(correlation[api][order], correlation[kernels])
