@@ -118,7 +118,7 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Also calibrate CUDA API and GPU records.")
 @click.option("--timeout", "timeout_s", type=float, default=3600, show_default=True, help="Seconds per run.")
 @click.option("--window-ms", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
-              help="Length of the windows in which the CPU-side layers are switched on and off "
+              help="Length of the windows in which each layer is switched on and off "
                    "(at rlscope.step() boundaries).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
@@ -136,7 +136,7 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
     if calibration.blocks:
-        click.echo(f"CPU-side costs from {calibration.blocks} blocks of alternating windows", err=True)
+        click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if any(ci is None for ci in calibration.ci95_ns.values()):
         click.echo("too few repetitions for a confidence interval on some costs; use --repetitions 3 or more",
                    err=True)
