@@ -98,7 +98,7 @@ class Calibration:
     machine: dict[str, Any]
     command: list[str]
     runs: list[dict[str, Any]]  # one per configuration x repetition: config, repetition, wall_ns, counts
-    blocks: int = 0  # palindromic blocks of alternating windows behind the CPU-side costs; 0: whole runs
+    blocks: int = 0  # palindromic blocks of alternating windows behind the costs; 0: whole runs
     # native callee -> [median duration ns, calls]: how fast this machine ran while calibrating
     call_medians_ns: dict[str, list[float]] = dataclasses.field(default_factory=dict)
 
@@ -270,9 +270,11 @@ def trace_call_medians(processes: list[Any]) -> dict[str, list[float]]:
 def speed_factor(reference: dict[str, list[float]], observed: dict[str, list[float]]) -> float:
     """How much slower (>1) or faster the machine ran the trace than the calibration: the
     count-weighted geometric mean, over callees both called often, of the ratio of their median
-    durations. The cost of an intercepted call follows the machine's speed (on a shared machine
-    processes differ by up to 1.6x in both), so the CPU-side costs are scaled by it. 1.0 when
-    nothing is in common."""
+    durations. Across calibration processes on a shared machine the cost of an intercepted call
+    moved with the machine's speed (both by up to 1.6x), so the CPU-side costs are scaled by it;
+    validation finds that right in some runs and an over-correction where the factor is far
+    from 1 (docs/results/overhead.md), so the factor is also reported. 1.0 when nothing is in
+    common."""
     pairs = [(min(reference[n][1], observed[n][1]), math.log(observed[n][0] / reference[n][0]))
              for n in reference.keys() & observed.keys()
              if min(reference[n][1], observed[n][1]) >= MIN_SPEED_CALLS and reference[n][0] > 0 and observed[n][0] > 0]
