@@ -267,6 +267,20 @@ def test_speed_factor_scales_only_the_cpu_side_costs():
     assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 4_000 - 2 * 1000  # not scaled
 
 
+def test_a_trace_far_from_the_calibrations_speed_warns():
+    import warnings
+
+    from rlscope.analyze.calibration import check_speed
+
+    with pytest.warns(CalibrationWarning, match="1.60x as long"):
+        check_speed(1.6)
+    with pytest.warns(CalibrationWarning, match="0.50x"):
+        check_speed(0.5)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        check_speed(1.1)
+
+
 def test_uninstrumented_run_remembers_only_its_first_step(tmp_path):
     from rlscope.collect.calibrate import first_step_ns
     from rlscope.collect.launch import run_profiled

@@ -7,7 +7,13 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlscope.analyze.calibration import Calibration, correct_breakdown, speed_factor, trace_call_medians
+from rlscope.analyze.calibration import (
+    Calibration,
+    check_speed,
+    correct_breakdown,
+    speed_factor,
+    trace_call_medians,
+)
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.harness.files import write_atomic
@@ -37,6 +43,7 @@ def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str,
         for p in processes:
             cal.check_fits(p.meta)
         speed = speed_factor(cal.call_medians_ns, trace_call_medians(processes))
+        check_speed(speed)
         out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed)
         out["breakdown"]["speed_vs_calibration"] = speed
     return out

@@ -45,7 +45,7 @@ from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "call_medians", "pool_call_medians",
-           "trace_call_medians", "speed_factor", "correct_breakdown", "CALIBRATION_FILE"]
+           "trace_call_medians", "speed_factor", "check_speed", "correct_breakdown", "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -124,6 +124,19 @@ class Calibration:
                 warnings.warn(f"calibration measured with {key}={self.machine.get(key)!r}, trace has {value!r}: "
                               f"costs per event may not carry over; calibrate on this machine and version",
                               CalibrationWarning, stacklevel=3)
+
+
+# Beyond this ratio of speeds (either way) the scaled costs over-corrected in validation.
+SPEED_WARNING = 1.25
+
+
+def check_speed(speed: float) -> None:
+    """Warn when the trace ran at a speed the calibration did not see (``speed_factor``)."""
+    if not 1 / SPEED_WARNING <= speed <= SPEED_WARNING:
+        warnings.warn(f"the trace's native calls ran {speed:.2f}x as long as during calibration: the machine's "
+                      f"speed changed, and the corrected times are less reliable (validation saw errors of 15-40% "
+                      f"beyond {SPEED_WARNING}x); calibrate again while the machine runs as it did for this trace",
+                      CalibrationWarning, stacklevel=3)
 
 
 def machine_fingerprint() -> dict[str, Any]:
