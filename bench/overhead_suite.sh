@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Overhead calibration and correction on a GPU machine: the calibration tests (sys.monitoring on
+# Overhead calibration and correction on a GPU machine: the calibration and CUPTI tests (sys.monitoring on
 # Python 3.12+), then the validation experiment for the given workloads. Results go to $OUT.
 #   WORKLOADS="sb3_ppo_cuda jax_loop" SCALE=quick REPS=2 OUT=out bench/overhead_suite.sh
 set -u
@@ -10,7 +10,7 @@ WORKLOADS=${WORKLOADS:-gym_numpy sb3_a2c sb3_ppo_cuda jax_loop}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-$PY -m pytest -q tests/test_windows.py tests/test_calibration.py tests/test_python_collector.py 2>&1 \
+$PY -m pytest -q tests/test_windows.py tests/test_calibration.py tests/test_python_collector.py tests/test_gpu_collector_gpu.py 2>&1 \
   | tail -15 | tee "$OUT/tests.txt"
 list=$(echo "$WORKLOADS" | sed 's/ /, /g')
 manifest="$OUT/overhead_correction.yaml"

@@ -33,27 +33,18 @@ import numpy as np
 
 from rlscope.errors import SkipRun
 
-__all__ = ["overhead_correction", "window_errors", "steady_errors", "applied_costs", "unprofiled_windows_slowdown"]
+__all__ = ["overhead_correction", "window_errors", "steady_errors", "unprofiled_windows_slowdown"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
     return float(breakdown.loc[breakdown["thread"] == "main", column].sum())
 
 
-def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, float]:
-    """The costs as ``correct_breakdown`` applies them: none below zero, the CPU-side ones
-    scaled by the run's speed against the calibration's."""
-    from rlscope.analyze.calibration import EVENTS
-
-    return {event: max(costs_ns.get(event, 0.0), 0.0) * (speed if layer == "Python" else 1.0)
-            for event, (_, layer) in EVENTS.items()}
-
-
 def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0
                   ) -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
     per block, time per iteration of each; mean and 95% half-width over blocks."""
-    from rlscope.analyze.calibration import mean_ci95, window_blocks
+    from rlscope.analyze.calibration import applied_costs, mean_ci95, window_blocks
 
     costs = applied_costs(costs_ns, speed)
     raw, corrected = [], []
@@ -79,7 +70,7 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     run's corrected time from its first step is its time from there less what the correction
     removed from there on (all it removed, less what the main thread's events before the first
     step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import WINDOW_COLUMNS
+    from rlscope.analyze.calibration import WINDOW_COLUMNS, applied_costs
     from rlscope.collect.calibrate import event_times, first_step_ns
     from rlscope.trace.schema import Kind
 
@@ -127,7 +118,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, trace_call_medians
-    from rlscope.collect.calibrate import calibrate, measure_run, measure_windows
+    from rlscope.collect.calibrate import calibrate, measure_windows
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.collect.windows import LEVELS, format_windows
@@ -152,17 +143,18 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                           window_ms=window_ms)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        base_ns = measure_run(run("base", wall_only=True))["wall_ns"]
+        base_runs = read_trace(run("base", wall_only=True))
         profiled = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
-        base_again_ns = measure_run(run("base_again", wall_only=True))["wall_ns"]
+        base_again = read_trace(run("base_again", wall_only=True))
         breakdown = profiled["breakdown"]
         raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
         speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else 1.0
-        steady = steady_errors([p for name in ("base", "base_again") for p in read_trace(root / name)],
-                               read_trace(root / "profiled"), raw, corrected, calibration.costs_ns, speed)
+        steady = steady_errors([*base_runs, *base_again], read_trace(root / "profiled"), raw, corrected,
+                               calibration.costs_ns, speed)
         alternating = read_trace(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))
         windows = measure_windows(alternating)
         window_speed = speed_factor(calibration.call_medians_ns, trace_call_medians(alternating))
+    base_ns, base_again_ns = (sum(p.meta["end_ns"] - p.meta["start_ns"] for p in r) for r in (base_runs, base_again))
     base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
         "uninstrumented_s": base / 1e9,

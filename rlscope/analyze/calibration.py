@@ -45,7 +45,8 @@ from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "call_medians", "pool_call_medians",
-           "trace_call_medians", "speed_factor", "check_speed", "correct_breakdown", "CALIBRATION_FILE"]
+           "trace_call_medians", "speed_factor", "check_speed", "applied_costs", "correct_breakdown",
+           "CALIBRATION_FILE"]
 
 CALIBRATION_FILE = "calibration.json"
 
@@ -297,6 +298,13 @@ def speed_factor(reference: dict[str, list[float]], observed: dict[str, list[flo
     return float(math.exp(sum(w * r for w, r in pairs) / weights))
 
 
+def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, float]:
+    """Per event type, the cost the correction subtracts: none below zero, the CPU-side ones
+    scaled by the trace's speed against the calibration's."""
+    return {event: max(costs_ns.get(event, 0.0), 0.0) * (speed if layer == "Python" else 1.0)
+            for event, (_, layer) in EVENTS.items()}
+
+
 def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration,
                       speed: float = 1.0) -> pd.DataFrame:
     """The breakdown with a ``corrected_ns`` column: each operation's CPU time less the cost of
@@ -309,8 +317,9 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     out["corrected_ns"] = out["time_ns"].astype(np.float64)
     keys = ["process", "thread", "phase", "operation"]
     counts = transitions.set_index(keys + ["transition"])["count"] if not transitions.empty else None
+    costs = applied_costs(calibration.costs_ns, speed)
     for event, (rows, layer) in EVENTS.items():
-        cost = max(calibration.costs_ns.get(event, 0.0), 0.0) * (speed if layer == "Python" else 1.0)
+        cost = costs[event]
         if cost == 0.0 or counts is None:
             continue
         per_op = counts[counts.index.get_level_values("transition").isin(rows)].groupby(level=keys).sum()
