@@ -252,19 +252,75 @@ def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
     assert "--window-ms" in run.stderr and "Traceback" not in run.stderr
 
 
-def test_speed_factor_scales_only_the_cpu_side_costs():
-    from rlscope.analyze.calibration import pool_call_medians, speed_factor
+def test_speed_factor_compares_like_iterations_and_scales_only_the_cpu_side_costs():
+    from rlscope.analyze.calibration import speed_factor
 
-    reference = {"array": [400.0, 5000], "argmax": [420.0, 5000], "rare": [10.0, 3]}
-    slower = {"array": [600.0, 4000], "argmax": [630.0, 4000], "rare": [1000.0, 3]}
-    assert speed_factor(reference, slower) == pytest.approx(1.5)  # the rarely called one does not count
-    assert speed_factor(reference, {"other": [5.0, 9000]}) == 1.0
-    assert pool_call_medians([reference, slower])["array"] == [500.0, 9000]
-    breakdown, transitions = _tables()
     cal = _calibration(annotation=0.0, python_call=100.0, cuda_api=1000.0)
+    cal.iteration_ns, cal.cpu_events_per_iteration = 10_000.0, 5.0
+    assert speed_factor(cal, (15_000.0, 5.2)) == pytest.approx(1.5)
+    assert speed_factor(cal, (15_000.0, 7.0)) is None  # other work per iteration: not a speed
+    assert speed_factor(cal, None) is None
+    cal.iteration_ns = 0.0  # calibrated with whole runs: no iterations to compare
+    assert speed_factor(cal, (15_000.0, 5.0)) is None
+    breakdown, transitions = _tables()
     out = correct_breakdown(breakdown, transitions, cal, speed=2.0).set_index(["operation", "resources"])
     assert out.loc[("inference", "Python"), "corrected_ns"] == 10_000 - 4 * 200  # scaled
     assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 4_000 - 2 * 1000  # not scaled
+
+
+def test_trace_iteration_leaves_out_trace_writes_and_the_last_span():
+    from rlscope.analyze.calibration import trace_iteration
+    from rlscope.trace.schema import Kind
+    from tests.synthetic import CALL, MAIN, OP, STEP, make_trace
+
+    ms = 1_000_000
+    rows = []
+    for i in range(100):  # 1 ms iterations, each an operation with two intercepted calls
+        t = i * ms
+        rows += [(STEP, t, t + ms, "default"), (OP, t + 10, t + 500, "step"),
+                 (CALL, t + 20, t + 30, "a", 1), (CALL, t + 40, t + 50, "b", 1)]
+    rows += [(STEP, 100 * ms, 150 * ms, "default")]  # the last: ends with profiling
+    rows += [(Kind.PROFILER_WRITE, t, t + 100_000, "rlscope: trace write") for t in range(5 * ms, 100 * ms, 10 * ms)]
+    rows += [(Kind.PROFILER_WRITE, 3 * ms, 8 * ms, "rlscope: trace write", 0, 0, MAIN + 1)]  # another thread's
+    trace = make_trace(rows, end=150 * ms)
+    iteration_ns, events = trace_iteration([trace], span_ns=10 * ms)
+    assert iteration_ns == pytest.approx((10 * ms - 100_000) / 10)  # 10 iterations per span, less its write
+    assert events == pytest.approx(3.0)
+    assert trace_iteration([make_trace([(STEP, 0, 10, "default")])]) is None
+
+
+def test_median_interval_is_distribution_free_and_ignores_outliers():
+    from rlscope.analyze.calibration import median_ci95
+
+    assert median_ci95(list(range(1, 11))) == (5.5, 3.5)  # between the 2nd and 9th of 10
+    assert median_ci95([1.0, 2.0, 3.0, 4.0, 5.0])[1] is None  # 5 values: no 95% interval exists
+    assert median_ci95([100.0] * 9 + [1e6]) == (100.0, 0.0)
+
+
+def test_window_costs_are_robust_to_a_block_slowed_by_another_process():
+    windows = _windows(30)
+    windows[6 * 7 + 2][1] *= 3  # one transitions window of block 7 ran three times as long
+    costs, _, _ = derive_window_costs([windows])
+    assert costs["python_call"] == pytest.approx(TRUE_COSTS["python_call"])
+
+
+def test_trace_writes_are_removed_whole_and_left_out_of_windows():
+    import numpy as np
+
+    from rlscope.analyze.calibration import write_time_in
+    from rlscope.trace.schema import Kind
+
+    breakdown, transitions = _tables()
+    keys = dict(process="p[1]", thread="main", phase="default")
+    breakdown = pd.concat([breakdown, pd.DataFrame([{**keys, "operation": "inference", "cpu": "Profiler",
+                                                     "gpu": False, "resources": "Profiler", "time_ns": 2_500}])])
+    out = correct_breakdown(breakdown, transitions, _calibration()).set_index(["operation", "resources"])
+    assert out.loc[("inference", "Profiler"), "corrected_ns"] == 0
+    assert out.loc[("inference", "Profiler"), "overhead_ns"] == 2_500
+    events = pd.DataFrame({"kind": [int(Kind.PROFILER_WRITE)] * 2 + [int(Kind.CPU_CALL)], "tid": [1, 2, 1],
+                           "start_ns": [90, 150, 100], "end_ns": [130, 160, 200]})
+    spans = np.array([[0, 0, 100, 5], [2, 100, 200, 5]])
+    assert write_time_in(spans, events, tid=1).tolist() == [10, 30]
 
 
 def test_a_trace_far_from_the_calibrations_speed_warns():
@@ -274,6 +330,8 @@ def test_a_trace_far_from_the_calibrations_speed_warns():
 
     with pytest.warns(CalibrationWarning, match="1.60x as long"):
         check_speed(1.6)
+    with pytest.warns(CalibrationWarning, match="not the calibration's"):
+        check_speed(None)
     with pytest.warns(CalibrationWarning, match="0.50x"):
         check_speed(0.5)
     with warnings.catch_warnings():

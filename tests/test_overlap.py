@@ -41,6 +41,14 @@ def test_cuda_api_inside_backend_inside_python() -> None:
     assert times(trace) == {("A", "Python"): 50, ("A", "Backend"): 40, ("A", "CUDA API"): 10}
 
 
+def test_trace_writes_are_their_own_layer() -> None:
+    from rlscope.trace.schema import Kind
+
+    trace = make_trace([(OP, 0, 100, "A"), (CALL, 10, 30, "mm", BACKEND),
+                        (Kind.PROFILER_WRITE, 40, 70, "rlscope: trace write")])
+    assert times(trace) == {("A", "Python"): 50, ("A", "Backend"): 20, ("A", "Profiler"): 30}
+
+
 def test_gpu_work_is_charged_to_the_operation_that_launched_it() -> None:
     trace = make_trace([
         (OP, 0, 50, "A"),

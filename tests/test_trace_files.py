@@ -26,25 +26,41 @@ def write(directory: Path, n: int, chunk: int, complete: bool = True) -> None:
 
 def test_round_trip_keeps_names_across_chunks(tmp_path: Path) -> None:
     write(tmp_path / "p.1", 1000, chunk=64)
-    trace = read_process(tmp_path / "p.1")
-    assert len(trace.events) == 1000
-    assert trace.events["name"].astype(str).tolist()[:6] == ["op0", "op1", "op2", "op3", "op4", "op0"]
-    assert (trace.events["end_ns"] - trace.events["start_ns"] == 1).all()
+    events = read_process(tmp_path / "p.1").events
+    ops = events[events["kind"] == 0]
+    assert len(ops) == 1000
+    assert ops["name"].astype(str).tolist()[:6] == ["op0", "op1", "op2", "op3", "op4", "op0"]
+    assert (ops["end_ns"] - ops["start_ns"] == 1).all()
+
+
+def test_each_write_is_recorded_on_the_writing_thread(tmp_path: Path) -> None:
+    import threading
+
+    from rlscope.trace import Kind
+
+    write(tmp_path / "p.1", 1000, chunk=64)
+    events = read_process(tmp_path / "p.1").events
+    writes = events[events["kind"] == int(Kind.PROFILER_WRITE)]
+    assert len(writes) >= 1000 // 64 - 1  # all but the last write, made at close
+    assert (writes["tid"] == threading.get_ident()).all() and (writes["end_ns"] > writes["start_ns"]).all()
+    assert set(writes["name"].astype(str)) == {"rlscope: trace write"}
 
 
 def test_torn_last_chunk_is_dropped_with_a_warning(tmp_path: Path) -> None:
     write(tmp_path / "p.1", 1000, chunk=100)
     events = tmp_path / "p.1" / "events.arrows"
     events.write_bytes(events.read_bytes()[:-50])
-    with pytest.warns(TraceWarning, match="torn chunk after 9 complete"):
+    # 1000 events and 10 records of writes: 10 full chunks and a last one of 10 rows, torn
+    with pytest.warns(TraceWarning, match="torn chunk after 10 complete"):
         trace = read_process(tmp_path / "p.1")
-    assert len(trace.events) == 900
+    assert len(trace.events) == 1000
 
 
 def test_crashed_process_is_read_with_a_warning(tmp_path: Path) -> None:
     write(tmp_path / "p.1", 10, chunk=4, complete=False)
     with pytest.warns(TraceWarning, match="did not finish profiling"):
-        assert len(read_process(tmp_path / "p.1").events) == 10
+        events = read_process(tmp_path / "p.1").events
+    assert (events["kind"] == 0).sum() == 10
 
 
 def test_other_schema_version_is_refused(tmp_path: Path) -> None:

@@ -123,6 +123,8 @@ def test_cuda_api_calls_and_kernels_count_in_the_window_of_their_launch(tmp_path
         (kernel, 1, 180, 190, 99),  # its launch was not recorded: counted where it ran
     ]
     events = pd.DataFrame(rows, columns=["kind", "tid", "start_ns", "end_ns", "correlation"]).assign(category=0)
-    process = type("Process", (), {"directory": tmp_path, "events": events})()
+    events.loc[len(events)] = [int(Kind.PROFILER_WRITE), 1, 60, 70, 0, 0]  # a trace write: not window time
+    process = type("Process", (), {"directory": tmp_path, "events": events, "meta": {"main_tid": 1}})()
     (windows,) = measure_windows([process])
     assert [w[5:] for w in windows] == [[1, 1], [1, 2]]
+    assert [w[1] for w in windows] == [90, 100]

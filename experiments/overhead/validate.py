@@ -16,8 +16,9 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   iteration of the profiled windows against that of the unprofiled windows next to them; mean
   and 95% interval over blocks.
 
-Both corrections scale the CPU-side costs by the run's speed against the calibration's
-(``speed_factor``), as ``rlscope analyze --corrected`` does.
+Both corrections scale the CPU-side costs by how long the run's iterations took against the
+calibration's profiled windows (``speed_factor``), as ``rlscope analyze --corrected`` does, and
+remove the trace writes whole.
 
     error = (corrected - uninstrumented) / uninstrumented
 """
@@ -43,8 +44,11 @@ def _total_ns(breakdown: Any, column: str) -> float:
 def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0
                   ) -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
-    per block, time per iteration of each; mean and 95% half-width over blocks."""
-    from rlscope.analyze.calibration import applied_costs, mean_ci95, window_blocks
+    per block, time per iteration of each (trace writes left out: the correction removes them
+    whole); the median over blocks with its 95% interval, as calibration takes its costs, and
+    the mean beside it (on a shared machine a block now and then loses milliseconds to another
+    process, which moves the mean by more than the correction's own error)."""
+    from rlscope.analyze.calibration import applied_costs, median_ci95, window_blocks
 
     costs = applied_costs(costs_ns, speed)
     raw, corrected = [], []
@@ -56,11 +60,12 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
             removed = sum(costs.get(event, 0.0) * per_iteration for event, per_iteration in eps.items())
             raw.append(100 * (tau - base) / base)
             corrected.append(100 * (tau - removed - base) / base)
-    if len(corrected) < 2:
+    if len(corrected) < 6:
         raise RuntimeError(f"only {len(corrected)} blocks of alternating windows; run longer")
-    error, half = mean_ci95(corrected)
-    return {"window_raw_error_pct": float(np.mean(raw)), "window_corrected_error_pct": error,
-            "window_corrected_ci95_pct": half, "window_blocks": len(corrected)}
+    error, half = median_ci95(corrected)
+    return {"window_raw_error_pct": float(np.median(raw)), "window_corrected_error_pct": error,
+            "window_corrected_ci95_pct": half, "window_corrected_mean_error_pct": float(np.mean(corrected)),
+            "window_blocks": len(corrected)}
 
 
 def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected_ns: float,
@@ -68,10 +73,10 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     """The whole-run check from the first rlscope.step() on: the interpreter's start-up (imports,
     CUDA initialisation) varies by seconds between identical runs and is left out. The profiled
     run's corrected time from its first step is its time from there less what the correction
-    removed from there on (all it removed, less what the main thread's events before the first
-    step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import WINDOW_COLUMNS, applied_costs
-    from rlscope.collect.calibrate import event_times, first_step_ns
+    removed from there on (all it removed, less what the main thread's events and trace writes
+    before the first step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
+    from rlscope.analyze.calibration import WINDOW_COLUMNS, applied_costs, event_times, write_time_in
+    from rlscope.collect.calibrate import first_step_ns
     from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
@@ -85,6 +90,8 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     events = process.events[process.events["tid"] == process.meta["main_tid"]]
     costs = applied_costs(costs_ns, speed)
     before = sum(costs[e] * int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(events)))
+    before += float(write_time_in(np.array([[0, process.meta["start_ns"], first, 0]]), events,
+                                  process.meta["main_tid"])[0])
     steady_raw = float(end - first)
     steady_corrected = steady_raw - (raw_ns - corrected_ns - before)
     uninstrumented = sum(bases) / 2
@@ -117,7 +124,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     """Calibrate, validate once both ways; return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
-    from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, trace_call_medians
+    from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
     from rlscope.collect.calibrate import calibrate, measure_windows
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
@@ -148,12 +155,12 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         base_again = read_trace(run("base_again", wall_only=True))
         breakdown = profiled["breakdown"]
         raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
-        speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else 1.0
+        speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else float("nan")
         steady = steady_errors([*base_runs, *base_again], read_trace(root / "profiled"), raw, corrected,
-                               calibration.costs_ns, speed)
+                               calibration.costs_ns, 1.0 if np.isnan(speed) else speed)
         alternating = read_trace(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))
         windows = measure_windows(alternating)
-        window_speed = speed_factor(calibration.call_medians_ns, trace_call_medians(alternating))
+        window_speed = speed_factor(calibration, window_iteration(windows))
     base_ns, base_again_ns = (sum(p.meta["end_ns"] - p.meta["start_ns"] for p in r) for r in (base_runs, base_again))
     base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
@@ -165,8 +172,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "noise_pct": 100 * abs(base_ns - base_again_ns) / base,
         "speed_vs_calibration": speed,
         **steady,
-        **window_errors(windows, calibration.costs_ns, window_speed),
-        "window_speed_vs_calibration": window_speed,
+        **window_errors(windows, calibration.costs_ns, window_speed or 1.0),
+        "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, steady),
         "calibration_blocks": calibration.blocks,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},

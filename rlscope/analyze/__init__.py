@@ -12,7 +12,7 @@ from rlscope.analyze.calibration import (
     check_speed,
     correct_breakdown,
     speed_factor,
-    trace_call_medians,
+    trace_iteration,
 )
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
@@ -42,10 +42,10 @@ def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str,
         cal = Calibration.load(calibration)
         for p in processes:
             cal.check_fits(p.meta)
-        speed = speed_factor(cal.call_medians_ns, trace_call_medians(processes))
+        speed = speed_factor(cal, trace_iteration(processes))
         check_speed(speed)
-        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed)
-        out["breakdown"]["speed_vs_calibration"] = speed
+        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed or 1.0)
+        out["breakdown"]["speed_vs_calibration"] = speed if speed is not None else float("nan")
     return out
 
 

@@ -23,7 +23,10 @@ the same counts it was derived from:
   Python time of the operation they happen in;
 - recorded CUDA API calls and GPU activity records cost time inside CUDA API calls.
 
-Corrected time never goes below zero; GPU time is left as measured.
+Corrected time never goes below zero; GPU time is left as measured. rlscope's writes of its
+buffered events are not estimated: the trace times each one (``Kind.PROFILER_WRITE``), the
+breakdown shows them as the ``Profiler`` layer, correction removes them whole, and calibration
+leaves them out of its windows, so no per-event cost counts them twice.
 """
 
 from __future__ import annotations
@@ -44,11 +47,12 @@ from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
-           "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "call_medians", "pool_call_medians",
-           "trace_call_medians", "speed_factor", "check_speed", "applied_costs", "correct_breakdown",
-           "CALIBRATION_FILE"]
+           "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "median_ci95", "event_times",
+           "write_time_in", "window_iteration", "trace_iteration", "speed_factor", "check_speed", "applied_costs",
+           "correct_breakdown", "CALIBRATION_FILE", "PROFILER_LAYER"]
 
 CALIBRATION_FILE = "calibration.json"
+PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
 
 # name -> (transitions, GPU layers, event type whose cost this configuration adds); the first is
 # the uninstrumented run (rlscope measures only the process's wall time, records nothing).
@@ -100,8 +104,10 @@ class Calibration:
     command: list[str]
     runs: list[dict[str, Any]]  # one per configuration x repetition: config, repetition, wall_ns, counts
     blocks: int = 0  # palindromic blocks of alternating windows behind the costs; 0: whole runs
-    # native callee -> [median duration ns, calls]: how fast this machine ran while calibrating
-    call_medians_ns: dict[str, list[float]] = dataclasses.field(default_factory=dict)
+    # How fast the machine ran the workload while calibrating: the profiled windows' time per
+    # iteration (median over blocks) and the CPU-side events in one (``window_iteration``).
+    iteration_ns: float = 0.0
+    cpu_events_per_iteration: float = 0.0
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -112,7 +118,8 @@ class Calibration:
     def load(cls, path: Path) -> Calibration:
         try:
             data = json.loads(Path(path).read_text())
-            return cls(**data)
+            known = {f.name for f in dataclasses.fields(cls)}
+            return cls(**{k: v for k, v in data.items() if k in known})  # an older version's extra keys
         except (OSError, ValueError, TypeError) as err:
             raise RlscopeError(f"{path}: not a calibration file ({err}); make one with "
                                f"`rlscope calibrate -- python train.py ARGS`") from err
@@ -127,17 +134,24 @@ class Calibration:
                               CalibrationWarning, stacklevel=3)
 
 
-# Beyond this ratio of speeds (either way) the scaled costs over-corrected in validation.
+# Beyond this ratio of speeds (either way) the calibration saw a machine unlike the trace's.
 SPEED_WARNING = 1.25
+# Iterations whose CPU-side events differ by more than this (relative) are not the same work:
+# their times say nothing about the machine's speed.
+SHAPE_TOLERANCE = 0.1
 
 
-def check_speed(speed: float) -> None:
-    """Warn when the trace ran at a speed the calibration did not see (``speed_factor``)."""
-    if not 1 / SPEED_WARNING <= speed <= SPEED_WARNING:
-        warnings.warn(f"the trace's native calls ran {speed:.2f}x as long as during calibration: the machine's "
-                      f"speed changed, and the corrected times are less reliable (validation saw errors of 15-40% "
-                      f"beyond {SPEED_WARNING}x); calibrate again while the machine runs as it did for this trace",
-                      CalibrationWarning, stacklevel=3)
+def check_speed(speed: float | None) -> None:
+    """Warn when the trace ran at a speed the calibration did not see, or its iterations cannot
+    be compared with the calibration's (``speed_factor`` gave None)."""
+    if speed is None:
+        warnings.warn("the trace's iterations are not the calibration's (another configuration, or no "
+                      "rlscope.step()): the costs are applied as calibrated, not scaled to this run's speed; "
+                      "calibrate with the same command for a tighter correction", CalibrationWarning, stacklevel=3)
+    elif not 1 / SPEED_WARNING <= speed <= SPEED_WARNING:
+        warnings.warn(f"the trace's iterations took {speed:.2f}x as long as during calibration: the machine's "
+                      f"speed changed, and the costs, scaled by that, are less reliable; calibrate again while "
+                      f"the machine runs as it did for this trace", CalibrationWarning, stacklevel=3)
 
 
 def machine_fingerprint() -> dict[str, Any]:
@@ -151,6 +165,27 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
         return float(np.mean(values)), None
     return float(np.mean(values)), float(_T975[min(len(values), 31) - 2] * np.std(values, ddof=1)
                                          / math.sqrt(len(values)))
+
+
+def median_ci95(values: list[float]) -> tuple[float, float | None]:
+    """Median and half the width of its distribution-free 95% confidence interval (between the
+    order statistics that binomial tails of 2.5% give; None for fewer than 6 values).
+
+    Why the median: on a shared machine a window now and then loses milliseconds to another
+    process, and such outliers set the mean of 20-200 blocks off by more than the cost's own
+    spread (gym_numpy: the per-call cost's mean moved by 29% between runs, its median by 4%)."""
+    ordered = np.sort(np.asarray(values, dtype=np.float64))
+    n = len(ordered)
+    median = float(np.median(ordered))
+    k, tail = 0, 0.0  # k: how many order statistics each side lie outside the interval
+    while True:
+        tail += math.comb(n, k) / 2.0 ** n
+        if tail > 0.025:
+            break
+        k += 1
+    if k == 0:
+        return median, None
+    return median, float(ordered[n - k] - ordered[k - 1]) / 2
 
 
 def _mean_ci(samples: dict[str, list[float]]) -> tuple[dict[str, float], dict[str, float | None]]:
@@ -222,8 +257,8 @@ def window_blocks(windows: list[list[float]]) -> list[dict[int, tuple[float, dic
 def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float], dict[str, float | None], int]:
     """Per-event costs from alternating-window runs: per block, the time per iteration a level
     adds over the level below, less the known costs of the events that also grew, divided by the
-    growth of its own events per iteration. Returns costs, 95% half-widths over all blocks of all
-    runs, and the number of blocks.
+    growth of its own events per iteration. Returns costs (the median over all blocks of all
+    runs), 95% half-widths (``median_ci95``) and the number of blocks.
 
     A layer whose events total fewer than ``MIN_EVENTS`` (annotations never switched, because
     the loop runs inside an operation) gets no cost.
@@ -251,51 +286,102 @@ def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float]
                 event = WINDOW_EVENTS[int(row[0])]
                 totals[event] = totals.get(event, 0.0) + row[WINDOW_COLUMNS.index(event)]
     samples = {e: v for e, v in samples.items() if totals.get(e, 0.0) >= MIN_EVENTS}
-    means, ci = _mean_ci(samples)
-    return means, ci, n_blocks
+    stats = {e: median_ci95(v) for e, v in samples.items()}
+    return {e: m for e, (m, _) in stats.items()}, {e: h for e, (_, h) in stats.items()}, n_blocks
 
 
-# Callees with fewer calls than this, in the calibration or the trace, do not count towards speed.
-MIN_SPEED_CALLS = 100
+def event_times(events: pd.DataFrame) -> list[np.ndarray]:
+    """When each counted event happened, per event type of ``WINDOW_COLUMNS``, counted as the
+    transitions table counts them: operations and native calls at their start, outermost CUDA
+    API calls per thread at theirs, kernels at the start of the API call that launched them
+    (what recording a kernel costs is paid at its launch)."""
+    from rlscope.analyze.overlap import outermost
+
+    kind = events["kind"].to_numpy()
+    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
+    tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
+    api = np.flatnonzero(kind == int(Kind.CUDA_API))
+    per_thread = [api[tid[api] == t] for t in np.unique(tid[api])]
+    outer = np.concatenate([ids[outermost(start[ids], end[ids])] for ids in per_thread]) if len(api) else api
+    order = np.argsort(correlation[api], kind="stable")
+    kernels = np.flatnonzero(kind == int(Kind.GPU_KERNEL))
+    at = np.searchsorted(correlation[api][order], correlation[kernels])
+    launched = at < len(api)
+    launched[launched] = correlation[api][order][at[launched]] == correlation[kernels][launched]
+    kernel_times = start[kernels].copy()
+    kernel_times[launched] = start[api][order][at[launched]]
+    return [start[kind == int(Kind.OPERATION)],
+            start[(kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0)],
+            start[outer], kernel_times]
 
 
-def call_medians(events: pd.DataFrame) -> dict[str, list[float]]:
-    """Per native callee (Python->backend/simulator calls): median duration in ns and count."""
-    calls = events[(events["kind"] == int(Kind.CPU_CALL)) & (events["category"] > 0)]
-    if calls.empty:
-        return {}
-    grouped = (calls["end_ns"] - calls["start_ns"]).groupby(calls["name"].astype(str))
-    medians, sizes = grouped.median(), grouped.size()
-    return {str(n): [float(medians[n]), int(sizes[n])] for n in medians.index}
+def write_time_in(spans: np.ndarray, events: pd.DataFrame, tid: int) -> np.ndarray:
+    """Per span (rows ``[level, start_ns, end_ns, iterations]``), how long thread ``tid`` spent
+    writing the trace out (``Kind.PROFILER_WRITE`` intervals, clipped to the span)."""
+    writes = events[(events["kind"] == int(Kind.PROFILER_WRITE)) & (events["tid"] == tid)]
+    out = np.zeros(len(spans), dtype=np.int64)
+    for start, end in zip(writes["start_ns"].to_numpy(), writes["end_ns"].to_numpy()):
+        out += np.maximum(np.minimum(spans[:, 2], end) - np.maximum(spans[:, 1], start), 0)
+    return out
 
 
-def pool_call_medians(parts: list[dict[str, list[float]]]) -> dict[str, list[float]]:
-    """Medians from several runs: the median of the runs' medians, the calls summed."""
-    names = {n for part in parts for n in part}
-    return {n: [float(np.median([p[n][0] for p in parts if n in p])), int(sum(p[n][1] for p in parts if n in p))]
-            for n in sorted(names)}
+_CPU_EVENTS = ("annotation", "python_call")
 
 
-def trace_call_medians(processes: list[Any]) -> dict[str, list[float]]:
-    """``call_medians`` over the processes of one trace (``ProcessTrace`` objects), pooled."""
-    return pool_call_medians([call_medians(p.events) for p in processes])
+def window_iteration(runs: list[list[list[float]]]) -> tuple[float, float]:
+    """How fast the profiled windows ran: the median over blocks of the top level's time per
+    iteration, and of its CPU-side events (annotations, intercepted calls) per iteration."""
+    tops = [block[max(block)] for windows in runs for block in window_blocks(windows)]
+    if not tops:
+        return 0.0, 0.0
+    return (float(np.median([tau for tau, _ in tops])),
+            float(np.median([sum(eps.get(e, 0.0) for e in _CPU_EVENTS) for _, eps in tops])))
 
 
-def speed_factor(reference: dict[str, list[float]], observed: dict[str, list[float]]) -> float:
-    """How much slower (>1) or faster the machine ran the trace than the calibration: the
-    count-weighted geometric mean, over callees both called often, of the ratio of their median
-    durations. Across calibration processes on a shared machine the cost of an intercepted call
-    moved with the machine's speed (both by up to 1.6x), so the CPU-side costs are scaled by it;
-    validation finds that right in some runs and an over-correction where the factor is far
-    from 1 (docs/results/overhead.md), so the factor is also reported. 1.0 when nothing is in
-    common."""
-    pairs = [(min(reference[n][1], observed[n][1]), math.log(observed[n][0] / reference[n][0]))
-             for n in reference.keys() & observed.keys()
-             if min(reference[n][1], observed[n][1]) >= MIN_SPEED_CALLS and reference[n][0] > 0 and observed[n][0] > 0]
-    if not pairs:
-        return 1.0
-    weights = sum(w for w, _ in pairs)
-    return float(math.exp(sum(w * r for w, r in pairs) / weights))
+def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float, float] | None:
+    """The same for a profiled trace: its main process's (the one with most iterations)
+    ``rlscope.step()`` iterations, grouped into consecutive spans of at least ``span_ns`` as
+    calibration's windows are, less trace writes; the median over spans of the time per
+    iteration, and the CPU-side events per iteration. None without enough iterations."""
+    best, steps = None, None
+    for process in processes:
+        events = process.events
+        own = events[(events["kind"] == int(Kind.STEP)) & (events["tid"] == process.meta.get("main_tid"))]
+        if steps is None or len(own) > len(steps):
+            best, steps = process, own.sort_values("start_ns")
+    if best is None or steps is None or len(steps) < 2:
+        return None
+    main = best.meta.get("main_tid")
+    start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+    cuts = [0]
+    for i in range(1, len(start)):
+        if start[i] - start[cuts[-1]] >= span_ns:
+            cuts.append(i)
+    spans = np.array([[0, start[a], end[b - 1], b - a] for a, b in zip(cuts, [*cuts[1:], len(start)])],
+                     dtype=np.int64)
+    spans = spans[:-1] if len(spans) > 1 else spans  # the last ends with profiling: teardown, not an iteration
+    times = (spans[:, 2] - spans[:, 1] - write_time_in(spans, best.events, main)) / spans[:, 3]
+    counted = dict(zip(WINDOW_COLUMNS[3:], event_times(best.events[best.events["tid"] == main])))
+    events = sum(int(((t >= spans[0, 1]) & (t < spans[-1, 2])).sum()) for e, t in counted.items() if e in _CPU_EVENTS)
+    return float(np.median(times)), events / float(spans[:, 3].sum())
+
+
+def speed_factor(calibration: Calibration, iteration: tuple[float, float] | None) -> float | None:
+    """How much slower (>1) or faster the trace's iterations ran than the calibration's profiled
+    windows, where they are the same work (CPU-side events per iteration within
+    ``SHAPE_TOLERANCE``); None where they cannot be compared.
+
+    Why: an intercepted call costs interpreter time, so its cost moves with the machine's speed;
+    across calibration processes on a shared machine both moved by up to 1.6x. Scaling the
+    CPU-side costs by the iteration time (rather than by the durations of the native calls, as
+    before) halved the spread of the windowed correction for gym_numpy on this 2-core machine
+    (docs/results/overhead.md)."""
+    if iteration is None or calibration.iteration_ns <= 0 or iteration[0] <= 0:
+        return None
+    reference = calibration.cpu_events_per_iteration
+    if abs(iteration[1] - reference) > SHAPE_TOLERANCE * max(reference, 1e-9):
+        return None
+    return iteration[0] / calibration.iteration_ns
 
 
 def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, float]:
@@ -309,12 +395,15 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
                       speed: float = 1.0) -> pd.DataFrame:
     """The breakdown with a ``corrected_ns`` column: each operation's CPU time less the cost of
     the events recorded in it, taken from the layer the events inflate (CPU-only rows first,
-    then rows that overlap the GPU), never below zero. Also ``overhead_ns``: what was removed.
+    then rows that overlap the GPU), never below zero; rlscope's own trace writes (the
+    ``Profiler`` layer, timed as they happened) are removed whole. Also ``overhead_ns``: what
+    was removed.
 
     ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
     scales the costs of the CPU-side events (annotations, intercepted calls)."""
     out = breakdown.copy()
     out["corrected_ns"] = out["time_ns"].astype(np.float64)
+    out.loc[out["cpu"] == PROFILER_LAYER, "corrected_ns"] = 0.0  # measured, not estimated
     keys = ["process", "thread", "phase", "operation"]
     counts = transitions.set_index(keys + ["transition"])["count"] if not transitions.empty else None
     costs = applied_costs(calibration.costs_ns, speed)

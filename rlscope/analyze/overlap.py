@@ -23,8 +23,9 @@ from rlscope.trace.schema import Category, Kind
 __all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "outermost", "breakdown", "transitions", "ThreadSweep",
            "sweep_thread"]
 
-CPU_LAYERS = ("Python", "Backend", "Simulator", "CUDA API", "none")
-_PYTHON, _BACKEND, _SIMULATOR, _CUDA_API, _NO_CPU = range(5)
+# "Profiler": rlscope writing its buffered events out (Kind.PROFILER_WRITE), measured exactly.
+CPU_LAYERS = ("Python", "Backend", "Simulator", "CUDA API", "Profiler", "none")
+_PYTHON, _BACKEND, _SIMULATOR, _CUDA_API, _PROFILER, _NO_CPU = range(6)
 UNANNOTATED = "(unannotated)"
 _GPU_KINDS = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))
 
@@ -140,6 +141,9 @@ def sweep_thread(ev: _Events, phases: _Events, start_ns: int, end_ns: int, op_in
     is_api = ev.kind == int(Kind.CUDA_API)
     if is_api.any():
         cpu[_covered(nseg, lo[is_api], hi[is_api])] = _CUDA_API
+    is_write = ev.kind == int(Kind.PROFILER_WRITE)
+    if is_write.any():
+        cpu[_covered(nseg, lo[is_write], hi[is_write])] = _PROFILER
     phase = _paint(nseg, plo, phi, phase_index[phases.name], np.zeros(n_ph, dtype=np.int16), int(phase_index[-1]))
 
     is_gpu = np.isin(ev.kind, _GPU_KINDS)
@@ -271,8 +275,8 @@ def breakdown(trace: ProcessTrace) -> pd.DataFrame:
     """Time per process x thread x phase x operation x resource set.
 
     Columns: ``process, thread, phase, operation, cpu, gpu, resources, time_ns, time_s`` where
-    ``cpu`` is one of Python / Backend / Simulator / CUDA API / none and ``resources`` names the
-    set, e.g.::
+    ``cpu`` is one of Python / Backend / Simulator / CUDA API / Profiler (rlscope writing its
+    events out) / none and ``resources`` names the set, e.g.::
 
         process      thread phase    operation  cpu      gpu   resources    time_ns
         train[4242]  main   default  inference  Backend  False Backend      812345

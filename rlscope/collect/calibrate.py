@@ -30,17 +30,17 @@ from rlscope.analyze.calibration import (
     derive_costs,
     derive_window_costs,
     event_counts,
+    event_times,
     machine_fingerprint,
-    pool_call_medians,
-    trace_call_medians,
     window_blocks,
+    window_iteration,
+    write_time_in,
 )
-from rlscope.analyze.overlap import outermost
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
-__all__ = ["calibrate", "measure_run", "measure_windows", "event_times", "first_step_ns", "WINDOW_MS"]
+__all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
@@ -57,30 +57,7 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
         counts = dict.fromkeys(("annotation", "python_call", "cuda_api", "gpu_activity"), 0)
     else:
         counts = event_counts(analyze_trace(trace_dir)["transitions"])
-    return {"wall_ns": wall, "counts": counts, "call_medians": trace_call_medians(processes)}
-
-
-def event_times(events: Any) -> list[np.ndarray]:
-    """When each counted event happened, per event type of ``WINDOW_COLUMNS``, counted as the
-    transitions table counts them: operations and native calls at their start, outermost CUDA
-    API calls per thread at theirs, kernels at the start of the API call that launched them
-    (what recording a kernel costs is paid at its launch)."""
-    kind = events["kind"].to_numpy()
-    start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
-    tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
-    api = np.flatnonzero(kind == int(Kind.CUDA_API))
-    per_thread = [api[tid[api] == t] for t in np.unique(tid[api])]
-    outer = np.concatenate([ids[outermost(start[ids], end[ids])] for ids in per_thread]) if len(api) else api
-    order = np.argsort(correlation[api], kind="stable")
-    kernels = np.flatnonzero(kind == int(Kind.GPU_KERNEL))
-    at = np.searchsorted(correlation[api][order], correlation[kernels])
-    launched = at < len(api)
-    launched[launched] = correlation[api][order][at[launched]] == correlation[kernels][launched]
-    kernel_times = start[kernels].copy()
-    kernel_times[launched] = start[api][order][at[launched]]
-    return [start[kind == int(Kind.OPERATION)],
-            start[(kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0)],
-            start[outer], kernel_times]
+    return {"wall_ns": wall, "counts": counts}
 
 
 def first_step_ns(process: Any) -> int | None:
@@ -94,7 +71,9 @@ def first_step_ns(process: Any) -> int | None:
 
 def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
     """Per process of a trace (``ProcessTrace`` objects) that alternated, its complete windows
-    laid out as ``WINDOW_COLUMNS``."""
+    laid out as ``WINDOW_COLUMNS``. A window's duration leaves out the main thread's trace
+    writes: they are timed as they happen and corrected exactly, and one of a few ms in a 10 ms
+    window would otherwise read as a cost of that window's events."""
     out = []
     for process in processes:
         path = process.directory / WINDOWS_FILE
@@ -103,12 +82,13 @@ def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
         windows = np.array(json.loads(path.read_text())["windows"], dtype=np.int64).reshape(-1, 4)
         if not len(windows):
             continue
+        durations = windows[:, 2] - windows[:, 1] - write_time_in(windows, process.events, process.meta["main_tid"])
         counts = []
         for times in event_times(process.events):
             index = np.searchsorted(windows[:, 1], times, side="right") - 1
             inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
             counts.append(np.bincount(index[inside], minlength=len(windows)))
-        out.append([[int(w[0]), int(w[2] - w[1]), int(w[3]), *(int(c[i]) for c in counts)]
+        out.append([[int(w[0]), int(durations[i]), int(w[3]), *(int(c[i]) for c in counts)]
                     for i, w in enumerate(windows)])
     return out
 
@@ -166,11 +146,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             if config != WINDOWS:
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
-            processes = read_trace(run_dir)  # once, for both the windows and the machine's speed
-            windows = measure_windows(processes)
+            windows = measure_windows(read_trace(run_dir))
             if any(window_blocks(w) for w in windows):
-                runs.append({"config": config, "repetition": rep, "windows": windows,
-                             "call_medians": trace_call_medians(processes)})
+                runs.append({"config": config, "repetition": rep, "windows": windows})
             elif plan[0] == WINDOWS:  # nothing to alternate on: whole runs from now on
                 progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
@@ -192,7 +170,6 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
         more, more_ci, reps_whole = derive_costs(whole, known=costs)
         costs, ci = {**costs, **more}, {**ci, **more_ci}
         reps = min(reps, reps_whole) if alternating else reps_whole
-    # The machine's speed while the costs were measured: from the runs they came from.
-    speed_runs = [r for r in runs if r["config"] == (WINDOWS if alternating else "transitions")]
+    iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
-                       blocks=blocks, call_medians_ns=pool_call_medians([r["call_medians"] for r in speed_runs]))
+                       blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events)

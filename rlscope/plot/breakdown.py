@@ -12,9 +12,9 @@ from rlscope.analyze.overlap import UNANNOTATED
 __all__ = ["time_breakdown", "transition_counts", "stack_label", "STACK_ORDER", "LAYER_COLORS"]
 
 # Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
-STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "CPU + GPU", "GPU")
+STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "Profiler", "CPU + GPU", "GPU")
 LAYER_COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
-           "CPU + GPU": "#dd8452", "GPU": "#937860"}
+                "Profiler": "#8c8c8c", "CPU + GPU": "#dd8452", "GPU": "#937860"}
 
 
 def _ordered(operations: pd.Index) -> list[str]:

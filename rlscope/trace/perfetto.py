@@ -29,6 +29,7 @@ _CATEGORY = {
     int(Kind.GPU_MEMSET): "gpu_memset",
     int(Kind.CUDA_SYNC): "cuda_sync",
     int(Kind.PROFILER_OVERHEAD): "overhead",
+    int(Kind.PROFILER_WRITE): "overhead",
 }
 _GPU_KINDS = {int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)}
 _GPU_PID_OFFSET = 1 << 24  # GPU tracks get their own pseudo-process, as in Kineto traces

@@ -39,6 +39,7 @@ class Kind(enum.IntEnum):
     CORRELATION = 8  # CUPTI external correlation: API call ``correlation`` ran inside operation ``operation``
     CUDA_SYNC = 9  # the CPU waiting for the GPU (stream/event/context synchronize); inside a CUDA_API call
     PROFILER_OVERHEAD = 10  # time CUPTI reports spending on itself (buffer flushes, instrumentation)
+    PROFILER_WRITE = 11  # rlscope writing buffered events out, on the thread whose event filled the buffer
 
 
 class Category(enum.IntEnum):
