@@ -379,6 +379,18 @@ def test_steady_check_leaves_out_start_up_and_its_events():
     assert steady_errors(base[:1], profiled, 13 * s, 11 * s, costs, 1.0) == {}  # no second baseline
 
 
+def test_whole_run_pairs_report_medians_and_the_range():
+    from experiments.overhead.validate import median_of_pairs
+
+    pairs = [{"corrected_error_pct": e, "noise_pct": n, "steady_corrected_error_pct": e / 2}
+             for e, n in ((12.0, 1.0), (-3.0, 20.0), (2.0, 4.0))]
+    out = median_of_pairs(pairs)
+    assert out["corrected_error_pct"] == 2.0 and out["noise_pct"] == 4.0 and out["whole_run_pairs"] == 3
+    assert (out["corrected_error_min_pct"], out["corrected_error_max_pct"]) == (-3.0, 12.0)
+    assert out["steady_corrected_error_max_pct"] == 6.0
+    assert "steady_corrected_error_pct" not in median_of_pairs([{"corrected_error_pct": 1.0}, {}])
+
+
 def test_unprofiled_windows_are_set_against_the_uninstrumented_iteration():
     from experiments.overhead.validate import unprofiled_windows_slowdown
 

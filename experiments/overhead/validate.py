@@ -3,18 +3,20 @@
 Calibrate on runs of ``calibration_steps``, then check the correction on runs of
 ``validation_steps`` (a different length, as RL-Scope's subtraction validation did), two ways:
 
-- **whole runs**: an uninstrumented run and a profiled run; the profiled run's corrected total
-  (the sum of its main threads' breakdown rows: interpreter start to exit) against the
-  uninstrumented total. Identical runs differ by 10-50% on a shared machine, so one pair says
-  little; repetitions and the noise floor (``noise_pct``: how far apart two uninstrumented
-  runs of the same length were) tell how much. The same comparison from each run's first
-  ``rlscope.step()`` on (``steady_*``) leaves out the interpreter's start-up, whose time (imports,
-  CUDA initialisation) varies by seconds between identical runs.
+- **whole runs**: ``validation_pairs`` profiled runs, each between two uninstrumented ones
+  (``base, profiled, base, profiled, ..., base``); per profiled run its corrected total (the sum
+  of its main threads' breakdown rows: interpreter start to exit) against the mean of the
+  uninstrumented runs beside it, and the median over these pairs. Identical runs differ by
+  2.5-37% on the machines measured, so one pair says little; the noise floor (``noise_pct``:
+  how far apart the two uninstrumented runs of a pair were) tells how much. The same
+  comparison from each run's first ``rlscope.step()`` on (``steady_*``) leaves out the
+  interpreter's start-up, whose time (imports, CUDA initialisation) varies by seconds between
+  identical runs.
 - **alternating windows**: one run that switches everything rlscope records on and off every
   ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI stays attached but
   records nothing in the unprofiled windows). Per palindromic block, the corrected time per
-  iteration of the profiled windows against that of the unprofiled windows next to them; mean
-  and 95% interval over blocks.
+  iteration of the profiled windows against that of the unprofiled windows next to them; median
+  and its 95% interval over blocks.
 
 Both corrections scale the CPU-side costs by how long the run's iterations took against the
 calibration's profiled windows (``speed_factor``), as ``rlscope analyze --corrected`` does, and
@@ -34,7 +36,8 @@ import numpy as np
 
 from rlscope.errors import SkipRun
 
-__all__ = ["overhead_correction", "window_errors", "steady_errors", "unprofiled_windows_slowdown"]
+__all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
+           "unprofiled_windows_slowdown"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
@@ -118,10 +121,40 @@ def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[s
     return {"unprofiled_windows_vs_uninstrumented_pct": 100 * (off - base) / base}
 
 
+def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], tables: dict[str, Any],
+                   costs_ns: dict[str, float]) -> dict[str, float]:
+    """The whole-run check of one profiled run against the uninstrumented runs made just before
+    and after it (``base``, ``base_again``: their traces; ``tables``: the profiled run's
+    corrected analysis), from the start and from the first step (``steady_errors``)."""
+    breakdown = tables["breakdown"]
+    raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
+    speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else float("nan")
+    steady = steady_errors([*base, *base_again], profiled, raw, corrected, costs_ns,
+                           1.0 if np.isnan(speed) else speed)
+    base_ns, base_again_ns = (sum(p.meta["end_ns"] - p.meta["start_ns"] for p in r) for r in (base, base_again))
+    mean = (base_ns + base_again_ns) / 2
+    return {"uninstrumented_s": mean / 1e9, "raw_s": raw / 1e9, "corrected_s": corrected / 1e9,
+            "raw_error_pct": 100 * (raw - mean) / mean, "corrected_error_pct": 100 * (corrected - mean) / mean,
+            "noise_pct": 100 * abs(base_ns - base_again_ns) / mean, "speed_vs_calibration": speed, **steady}
+
+
+def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
+    """Per column, the median over the pairs (identical runs differ by 2.5-37% on the machines
+    measured, so one pair says little), with the corrected errors' range beside it."""
+    columns = [c for c in pairs[0] if all(c in p for p in pairs)]
+    out = {c: float(np.median([p[c] for p in pairs])) for c in columns}
+    for column in ("corrected_error_pct", "steady_corrected_error_pct"):
+        if column in out:
+            values = [p[column] for p in pairs]
+            out[column.replace("_pct", "_min_pct")], out[column.replace("_pct", "_max_pct")] = min(values), max(values)
+    return {**out, "whole_run_pairs": len(pairs)}
+
+
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
-                        calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0
-                        ) -> dict[str, Any]:
-    """Calibrate, validate once both ways; return the errors in percent."""
+                        calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
+                        validation_pairs: int = 3) -> dict[str, Any]:
+    """Calibrate, validate both ways (whole runs: ``validation_pairs`` profiled runs, each between
+    two uninstrumented ones, reported as medians over the pairs); return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
@@ -133,6 +166,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
 
     if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
         raise SkipRun(f"needs a GPU: {reason}")
+    if validation_pairs < 1:
+        raise ValueError(f"validation_pairs {validation_pairs}: need at least 1")
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
     validation = command + [str(validation_steps)]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
@@ -150,31 +185,23 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                           window_ms=window_ms)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        base_runs = read_trace(run("base", wall_only=True))
-        profiled = analyze_trace(run("profiled", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
-        base_again = read_trace(run("base_again", wall_only=True))
-        breakdown = profiled["breakdown"]
-        raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
-        speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else float("nan")
-        steady = steady_errors([*base_runs, *base_again], read_trace(root / "profiled"), raw, corrected,
-                               calibration.costs_ns, 1.0 if np.isnan(speed) else speed)
-        alternating = read_trace(run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))
-        windows = measure_windows(alternating)
+        base = read_trace(run("base0", wall_only=True))
+        pairs = []
+        for i in range(validation_pairs):
+            tables = analyze_trace(run(f"profiled{i}", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
+            base_again = read_trace(run(f"base{i + 1}", wall_only=True))
+            pairs.append(whole_run_pair(base, base_again, read_trace(root / f"profiled{i}"), tables,
+                                        calibration.costs_ns))
+            base = base_again
+        whole = median_of_pairs(pairs)
+        windows = measure_windows(read_trace(run("windows", gpu=gpu,
+                                                 windows=format_windows(window_ms, ["off", LEVELS[-1]]))))
         window_speed = speed_factor(calibration, window_iteration(windows))
-    base_ns, base_again_ns = (sum(p.meta["end_ns"] - p.meta["start_ns"] for p in r) for r in (base_runs, base_again))
-    base = (base_ns + base_again_ns) / 2  # the profiled run sat between them
     return {
-        "uninstrumented_s": base / 1e9,
-        "raw_s": raw / 1e9,
-        "corrected_s": corrected / 1e9,
-        "raw_error_pct": 100 * (raw - base) / base,
-        "corrected_error_pct": 100 * (corrected - base) / base,
-        "noise_pct": 100 * abs(base_ns - base_again_ns) / base,
-        "speed_vs_calibration": speed,
-        **steady,
+        **whole,
         **window_errors(windows, calibration.costs_ns, window_speed or 1.0),
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
-        **unprofiled_windows_slowdown(windows, steady),
+        **unprofiled_windows_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
