@@ -114,7 +114,8 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
 @click.option("--output", "output_dir", type=click.Path(path_type=Path), default=None,
               help="Where calibration.json and the runs go (default: output/calibration/<script>-<time>).")
 @click.option("--repetitions", "-r", type=int, default=3, show_default=True,
-              help="Runs of each configuration (interleaved); 2 or more give a confidence interval.")
+              help="Runs of the workload (of each configuration, interleaved, where it has no rlscope.step()); "
+                   "more give tighter costs.")
 @click.option("--gpu/--no-gpu", default=True, show_default=True, help="Also calibrate CUDA API and GPU records.")
 @click.option("--timeout", "timeout_s", type=float, default=3600, show_default=True, help="Seconds per run.")
 @click.option("--window-ms", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
@@ -138,8 +139,8 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if any(ci is None for ci in calibration.ci95_ns.values()):
-        click.echo("too few repetitions for a confidence interval on some costs; use --repetitions 3 or more",
-                   err=True)
+        click.echo("too little data for a confidence interval on some costs (a median needs 6 blocks of windows, "
+                   "whole runs 2 repetitions); use --repetitions 3 or more, or a longer run", err=True)
     click.echo(f"calibration: {output_dir / CALIBRATION_FILE}")
     if failures:
         click.echo("failed runs (the others were used):\n  " + "\n  ".join(failures), err=True)
