@@ -11,7 +11,8 @@
 
 Operations nest; time is charged to the innermost one. With profiling off (no ``profile()``
 and no ``rlscope prof``) every call is a cheap no-op, so annotations can stay in the code.
-This module imports nothing heavy: the session machinery loads only when profiling starts.
+This module imports nothing heavy (step() lives in a small native module, so that it costs
+one C call even under profiling): the session machinery loads only when profiling starts.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ import sys
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
+
+from rlscope import _hotpath
 
 __all__ = ["profile", "operation", "set_phase", "step", "enabled", "ENV_DIRECTORY"]
 
@@ -37,10 +40,9 @@ ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "ru
 F = TypeVar("F", bound=Callable[..., Any])
 
 _session: Any = None  # rlscope.collect.session.Session while profiling, else None
-# What step() calls: the session's step while profiling. Kept apart from ``_session`` because
-# calibration switches annotations off for stretches of a run (``_session`` None, exactly as
-# unprofiled) while iterations must still be counted.
-_stepper: Callable[[], None] | None = None
+# step() is native (``rlscope._hotpath.step``) and reports to what ``_bind`` binds it to, apart
+# from ``_session``: calibration switches annotations off for stretches of a run (``_session``
+# None, exactly as unprofiled) while iterations must still be counted.
 _bound: Any = None  # the session of this process, whether or not annotations are on just now
 
 
@@ -109,10 +111,7 @@ def set_phase(name: str) -> None:
         _bound.set_phase(name)
 
 
-def step() -> None:
-    """Mark an iteration boundary, so results can be given per iteration."""
-    if _stepper is not None:
-        _stepper()
+step = _hotpath.step  # Mark an iteration boundary, so results can be given per iteration.
 
 
 def enabled() -> bool:
@@ -161,9 +160,12 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
 
 def _bind(session: Any) -> None:
     """Make ``session`` (or nothing) the one that annotations and step() report to."""
-    global _session, _stepper, _bound
+    global _session, _bound
     _session = _bound = session
-    _stepper = None if session is None else session.step
+    if session is None:
+        _hotpath.bind_step()
+    else:
+        session.bind_step()
 
 
 def _annotate_into(session: Any) -> None:
@@ -196,9 +198,8 @@ def _start_from_environment() -> None:
     if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
         from rlscope.collect.session import WallClock
 
-        global _stepper
         clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS))
-        _stepper = clock.first_step
+        _hotpath.bind_step(callback=clock.first_step)
         atexit.register(clock.stop)
         return
     _bind(_start(Path(directory), None, None, None))

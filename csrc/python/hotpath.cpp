@@ -307,6 +307,53 @@ private:
     const CorrelationHooks *hooks_ = nullptr;
 };
 
+// What rlscope.step() reports to, kept natively so that a step is one call into C. As a Python
+// function it was two frames that a 3.11 profile function sees: about 0.5 us per step under
+// profiling against ~0.05 us unprofiled, 5% of a 10 us iteration that correction did not remove.
+struct Stepper {
+    nb::object owner;       // the Operations object the iterations are recorded in, or None
+    Operations *ops = nullptr;
+    nb::object phase;       // the phase the iterations belong to
+    nb::object callback;    // instead of recording: a Python callable (an uninstrumented run's first step)
+    nb::object on_window;   // alternating windows: on_window(start_ns, end_ns, iterations) once one is over
+    int64_t window_ns = 0;
+    int64_t window_start = -1;  // -1: before the first step
+    int64_t iterations = 0;
+};
+Stepper g_stepper;
+
+void step_now() {
+    Stepper &s = g_stepper;
+    if (s.ops == nullptr) {
+        if (s.callback.is_valid() && !s.callback.is_none()) s.callback();
+        return;
+    }
+    s.ops->step(s.phase);
+    if (!s.on_window.is_valid() || s.on_window.is_none()) return;
+    ++s.iterations;
+    const int64_t now = now_ns();
+    if (s.window_start >= 0 && now - s.window_start < s.window_ns) return;
+    nb::object on_window = s.on_window;  // the callback may rebind the stepper
+    on_window(s.window_start, now, s.iterations);
+    if (g_stepper.on_window.is(on_window)) {
+        g_stepper.window_start = now_ns();  // switching layers is in no window
+        g_stepper.iterations = 0;
+    }
+}
+
+void bind_step(nb::object ops, nb::object phase, nb::object callback, nb::object on_window, double window_ms) {
+    Stepper fresh;
+    if (!ops.is_none()) {
+        fresh.ops = nb::inst_ptr<Operations>(ops);
+        fresh.owner = ops;
+    }
+    fresh.phase = phase;
+    fresh.callback = callback;
+    fresh.on_window = on_window;
+    fresh.window_ns = static_cast<int64_t>(window_ms * 1e6);
+    g_stepper = std::move(fresh);
+}
+
 }  // namespace
 
 nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> Collector::drain() { return Operations::take_rows(rows_); }
@@ -349,4 +396,14 @@ NB_MODULE(_hotpath, m) {
         .def("open_operations", &Operations::open_operations)
         .def("pending", &Operations::pending)
         .def("drain", &Operations::drain);
+    m.def("step", &step_now, "Mark an iteration boundary, so results can be given per iteration.");
+    m.def("set_step_phase", [](nb::object phase) { g_stepper.phase = phase; }, "phase"_a,
+          "The phase the following iterations belong to.");
+    m.def("bind_step", &bind_step, "ops"_a.none() = nb::none(), "phase"_a.none() = nb::none(),
+          "callback"_a.none() = nb::none(), "on_window"_a.none() = nb::none(), "window_ms"_a = 0.0,
+          "What step() does from now on: record an iteration in ``ops`` under ``phase`` (calling "
+          "``on_window(start_ns, end_ns, iterations)`` whenever ``window_ms`` have passed), call "
+          "``callback``, or (no arguments) nothing.");
+    // Drop the references at interpreter exit, while Python objects may still be released.
+    nb::module_::import_("atexit").attr("register")(nb::cpp_function([]() { g_stepper = Stepper(); }));
 }

@@ -55,10 +55,8 @@ class WallClock:
         """The first rlscope.step(): remembered, then step() is a no-op again. Validation compares
         runs from here on too, without the interpreter's start-up (imports, CUDA initialisation),
         whose time varies by seconds between identical runs."""
-        from rlscope import api
-
         self.first_step_ns = time.perf_counter_ns()
-        api._stepper = None
+        _hotpath.bind_step()
 
     def stop(self) -> None:
         end = time.perf_counter_ns()
@@ -132,7 +130,6 @@ class Session:
             self._collector.start()
         if spec := os.environ.get(ENV_WINDOWS):  # calibration: layers switched on and off as it runs
             self._windows = AlternatingWindows(self, *parse_windows(spec))
-            self.step = self._windows.step  # type: ignore[method-assign]
 
     def stop(self, check_nesting: bool = True) -> None:
         if not self.active:
@@ -232,6 +229,10 @@ class Session:
         self.writer.record(int(Kind.PHASE), self._phase_start, now, self.phase, tid=self._meta["main_tid"])
         self._ops.close_step(self.phase, now)
         self.phase, self._phase_start = name, now
+        _hotpath.set_step_phase(name)
 
-    def step(self) -> None:
-        self._ops.step(self.phase)
+    def bind_step(self) -> None:
+        """Make rlscope.step() record this session's iterations (and switch calibration's windows)."""
+        windows = self._windows
+        _hotpath.bind_step(self._ops, self.phase, on_window=windows.on_window if windows else None,
+                           window_ms=windows.window_ms if windows else 0.0)

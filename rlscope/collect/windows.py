@@ -27,7 +27,6 @@ iterations]`` with level an index into ``LEVELS``.
 
 from __future__ import annotations
 
-import time
 from pathlib import Path
 from typing import Any
 
@@ -59,31 +58,26 @@ def format_windows(window_ms: float, levels: list[str]) -> str:
 
 
 class AlternatingWindows:
-    """Switches a session's layers at iteration boundaries; becomes its ``step``."""
+    """Switches a session's layers at iteration boundaries. The native ``rlscope.step()`` counts
+    the iterations and calls ``on_window`` once a window has lasted ``window_ms``, so a step
+    costs the same in every window and the switching itself falls in none."""
 
     def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
         self.session = session
-        self.window_ns = int(window_ms * 1e6)
+        self.window_ms = window_ms
         self.cycle = levels + levels[::-1]
         self.windows: list[list[int]] = []
         self.annotations_switched: bool | None = None  # decided at the first boundary
         self._position = -1  # index into cycle of the open window; -1: before the first step()
         self._level = len(LEVELS) - 1
-        self._start = 0
-        self._iterations = 0
 
-    def step(self) -> None:
-        session = self.session
-        session._ops.step(session.phase)
-        now = time.perf_counter_ns()
-        self._iterations += 1
-        if self._position >= 0 and now - self._start < self.window_ns:
-            return
+    def on_window(self, start_ns: int, end_ns: int, iterations: int) -> None:
+        """The window open since ``start_ns`` (-1: none yet) ended at ``end_ns`` after
+        ``iterations`` steps: record it and switch to the next configuration."""
         if self._position >= 0:
-            self.windows.append([self._level, self._start, now, self._iterations])
+            self.windows.append([self._level, start_ns, end_ns, iterations])
         self._position = (self._position + 1) % len(self.cycle)
         self._apply(self.cycle[self._position])
-        self._start, self._iterations = time.perf_counter_ns(), 0
 
     def _apply(self, level: int) -> None:
         from rlscope import api
@@ -121,5 +115,5 @@ class AlternatingWindows:
         if api._bound is self.session:  # still profiling (not stopping through the API)
             api._annotate_into(self.session)
         write_json_atomic(directory / WINDOWS_FILE, {
-            "levels": list(LEVELS), "window_ns": self.window_ns,
+            "levels": list(LEVELS), "window_ns": int(self.window_ms * 1e6),
             "annotations_switched": bool(self.annotations_switched), "windows": self.windows})
