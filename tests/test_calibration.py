@@ -297,6 +297,13 @@ def test_median_interval_is_distribution_free_and_ignores_outliers():
     assert median_ci95([100.0] * 9 + [1e6]) == (100.0, 0.0)
 
 
+def test_median_interval_of_many_blocks():
+    from rlscope.analyze.calibration import median_ci95
+
+    median, half = median_ci95([float(i) for i in range(2001)])  # a long calibration: thousands of blocks
+    assert median == 1000.0 and 40 < half < 50  # about 1.96 * sqrt(2001) / 2 order statistics each side
+
+
 def test_window_costs_are_robust_to_a_block_slowed_by_another_process():
     windows = _windows(30)
     windows[6 * 7 + 2][1] *= 3  # one transitions window of block 7 ran three times as long

@@ -28,8 +28,8 @@
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
-#include <map>
 #include <ctime>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <string>

@@ -113,7 +113,8 @@ def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[s
     neither the windows' calibration nor their check can see. Runs differ by their noise."""
     if not steady.get("steady_iterations"):
         return {}
-    rows = np.array([w[:3] for run in windows for w in run if w[0] == min(v[0] for v in run)], dtype=np.float64)
+    rows = np.array([w[:3] for run in windows for lowest in [min((v[0] for v in run), default=0)]
+                     for w in run if w[0] == lowest], dtype=np.float64)
     if not len(rows) or rows[:, 2].sum() == 0:
         return {}
     off = rows[:, 1].sum() / rows[:, 2].sum()

@@ -177,11 +177,11 @@ def median_ci95(values: list[float]) -> tuple[float, float | None]:
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
     median = float(np.median(ordered))
-    k, tail = 0, 0.0  # k: how many order statistics each side lie outside the interval
-    while True:
-        tail += math.comb(n, k) / 2.0 ** n
-        if tail > 0.025:
-            break
+    # k: how many order statistics each side lie outside the interval, the largest with
+    # P(Binomial(n, 1/2) < k) <= 2.5%; in integers (40 * count <= 2**n), exact for any n.
+    k, count = 0, 0
+    while 40 * (count + math.comb(n, k)) <= 2 ** n:
+        count += math.comb(n, k)
         k += 1
     if k == 0:
         return median, None

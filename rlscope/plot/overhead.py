@@ -18,9 +18,9 @@ __all__ = ["overhead_correction"]
 def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Per workload: (corrected - uninstrumented) / uninstrumented in percent, measured on whole
     runs (per repetition the median over interleaved pairs; mean ± sd over repetitions, with the
-    uncorrected error beside it), on whole runs from
-    their first step (start-up left out) and on alternating windows of one run (each run's
-    median over blocks, averaged; the mean of the runs' 95% intervals); the ±5% target shaded."""
+    uncorrected error beside it), on whole runs from their first step (start-up left out) and on
+    alternating windows of one run (each run's median over blocks, averaged; the mean of the
+    runs' 95% intervals); the ±5% target shaded."""
     ok = results[results["status"] == "ok"]
     columns = [c for c in ("raw_error_pct", "corrected_error_pct", "steady_corrected_error_pct",
                            "window_corrected_error_pct") if c in ok.columns]
