@@ -96,3 +96,30 @@ def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monk
         assert (kernels >= iterations) if level >= 4 else kernels <= len(rows), (level, kernels, iterations)
     names = set(proc.events.loc[proc.events["kind"] == int(Kind.CUDA_API), "name"].astype(str))
     assert not {n.split("_v")[0] for n in names} & set(QUERY_APIS)  # untraced APIs stay untraced
+
+
+def test_recording_nothing_leaves_no_activity_kind_on(tmp_path):
+    """Calibration's unprofiled windows must cost what an untraced process does: an activity
+    kind left on there (CUPTI's overhead records cost ~90 ns per launch) is paid in every
+    window and measured by none (bench/cupti_idle.py)."""
+    from rlscope import _cupti
+    from rlscope.collect.cupti import libcupti_candidates
+
+    torch = pytest.importorskip("torch")
+    x = torch.ones(16, device="cuda")
+    _cupti.load(libcupti_candidates())
+    tracer = _cupti.Tracer(str(tmp_path / "rows"), str(tmp_path / "names"))
+    assert tracer.start(runtime=True, driver=True, gpu=True)["ok"]
+    try:
+        started = set(tracer.stats()["kinds_on"])
+        tracer.record(api=False, gpu=False)
+        x.add_(1)
+        assert tracer.stats()["kinds_on"] == []
+        tracer.record(api=True, gpu=False)
+        api_only = set(tracer.stats()["kinds_on"])
+        tracer.record(api=True, gpu=True)
+        assert set(tracer.stats()["kinds_on"]) == started
+        assert api_only and api_only < started  # kernels, copies and memsets off
+    finally:
+        tracer.stop()
+    assert tracer.stats()["kinds_on"] == []

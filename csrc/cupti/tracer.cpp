@@ -32,6 +32,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 #include <string>
 #include <tuple>
 #include <utility>
@@ -229,6 +230,7 @@ public:
         runtime_ = runtime;
         driver_ = driver;
         gpu_ = gpu;
+        sync_ = sync;
         if (gpu)
             for (CUpti_ActivityKind kind : kGpuKinds)
                 if ((r = enable(kind)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
@@ -257,14 +259,21 @@ public:
     // Calibration's alternating windows (rlscope.collect.windows): stop or resume recording
     // CUDA API calls and GPU activities while keeping hold of CUPTI, so that one process can
     // compare stretches with and without them. Only the layers start() enabled come back.
+    // Recording neither turns every activity kind off, CUPTI's own overhead records included:
+    // whatever an enabled kind costs is then measured by the windows that enable it, instead
+    // of being paid in every window and seen by none.
     void record(bool api, bool gpu) {
         if (!running_) return;
-        auto toggle = [](CUpti_ActivityKind kind, bool on) {
-            on ? g_api.ActivityEnable(kind) : g_api.ActivityDisable(kind);
+        auto toggle = [this](CUpti_ActivityKind kind, bool on) {
+            if ((on ? g_api.ActivityEnable(kind) : g_api.ActivityDisable(kind)) != CUPTI_SUCCESS) return;
+            if (on) on_.insert(kind);
+            else on_.erase(kind);
         };
+        toggle(CUPTI_ACTIVITY_KIND_OVERHEAD, api || gpu);
         if (runtime_) toggle(CUPTI_ACTIVITY_KIND_RUNTIME, api);
         if (driver_) toggle(CUPTI_ACTIVITY_KIND_DRIVER, api);
         if (runtime_ || driver_) toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, api);
+        if (sync_) toggle(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, api);
         if (api)  // enabling a kind again may trace every API of it: untrace the skipped ones again
             for (const auto &[domain, cbid] : untraced_)
                 (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
@@ -277,6 +286,7 @@ public:
     void abandon() {
         running_ = subscribed_ = false;
         enabled_.clear();
+        on_.clear();
         if (g_tracer == this) g_tracer = nullptr;
         rows_.clear();
         close_files();
@@ -293,6 +303,7 @@ public:
         out["rows_written"] = rows_written_;
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
+        out["kinds_on"] = std::vector<int>(on_.begin(), on_.end());  // CUpti_ActivityKind values
         // Which threads decoded and wrote the buffers, and for how long: [thread ident, buffers, ns].
         nb::list processing;
         for (const auto &[thread, spent] : processing_)
@@ -322,13 +333,17 @@ private:
 
     CUptiResult enable(CUpti_ActivityKind kind) {
         const CUptiResult r = g_api.ActivityEnable(kind);
-        if (r == CUPTI_SUCCESS) enabled_.push_back(kind);
+        if (r == CUPTI_SUCCESS) {
+            enabled_.push_back(kind);
+            on_.insert(kind);
+        }
         return r;
     }
 
     void release() {
         for (CUpti_ActivityKind kind : enabled_) g_api.ActivityDisable(kind);
         enabled_.clear();
+        on_.clear();
         if (subscribed_) g_api.Unsubscribe(subscriber_);
         subscribed_ = false;
         if (g_tracer == this) g_tracer = nullptr;
@@ -431,11 +446,12 @@ private:
     std::mutex mutex_;
     std::unique_ptr<Decoder> decoder_;
     std::vector<int64_t> rows_;
-    std::vector<CUpti_ActivityKind> enabled_;
+    std::vector<CUpti_ActivityKind> enabled_;  // by start(): what release() turns off
+    std::set<int> on_;                         // recording now (record() switches them)
     CUpti_SubscriberHandle subscriber_ = nullptr;
     int rows_fd_ = -1, names_fd_ = -1;
     bool subscribed_ = false, running_ = false, own_clock_ = false;
-    bool runtime_ = false, driver_ = false, gpu_ = false;  // the layers start() enabled
+    bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
     std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
