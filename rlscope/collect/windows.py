@@ -14,7 +14,7 @@ switch layers at iteration boundaries (``rlscope.step()``) in windows of at leas
 - ``gpu_activities``: and kernels, copies and memsets (everything ``rlscope prof`` records).
 
 The GPU layers are switched only where the process traces its GPU (CUPTI stays attached
-throughout, recording nothing below ``cuda_api``); elsewhere the top two levels equal
+throughout, with every activity kind off below ``cuda_api``); elsewhere the top two levels equal
 ``transitions``. The configurations follow a palindrome (``off, annotations, transitions,
 transitions, annotations, off``, ...), so a drift linear over one block of windows adds the
 same time to every configuration. A window's configuration is what
