@@ -232,6 +232,20 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
     assert missing.returncode == 2 and "rlscope calibrate" in missing.stderr and "Traceback" not in missing.stderr
 
 
+@pytest.mark.slow
+def test_min_blocks_adds_runs_up_to_a_cap(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text("import rlscope\nfor i in range(5000):\n    rlscope.step()\n    sum(range(1000))\n")
+    cal_dir = tmp_path / "cal"
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1",
+                          "--min-blocks", "100000", "--no-gpu", "--window-ms", "1", "--", sys.executable,
+                          str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cal = json.loads((cal_dir / "calibration.json").read_text())
+    assert cal["repetitions"] == 4 and len(cal["runs"]) == 4  # 1 asked for, 3 added, then the cap
+    assert "one more run" in run.stderr and "fewer than --min-blocks 100000; stopping there" in run.stderr
+
+
 def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):
     script = tmp_path / "flaky.py"
     script.write_text("import os, sys\nsys.exit(3 if os.environ.get('RLSCOPE_WALL_ONLY') else 0)\n")

@@ -153,9 +153,11 @@ def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
-                        validation_pairs: int = 3) -> dict[str, Any]:
-    """Calibrate, validate both ways (whole runs: ``validation_pairs`` profiled runs, each between
-    two uninstrumented ones, reported as medians over the pairs); return the errors in percent."""
+                        validation_pairs: int = 3, calibration_min_blocks: int = 0) -> dict[str, Any]:
+    """Calibrate (``calibration_min_blocks``: adding runs until that many blocks, as
+    ``rlscope calibrate --min-blocks``), validate both ways (whole runs: ``validation_pairs``
+    profiled runs, each between two uninstrumented ones, reported as medians over the pairs);
+    return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
@@ -183,7 +185,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
 
         calibration, failures = calibrate(command + [str(calibration_steps)], root / "calibration",
                                           calibration_repetitions, gpu=gpu, progress=lambda line: None,
-                                          window_ms=window_ms)
+                                          window_ms=window_ms, min_blocks=calibration_min_blocks)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         base = read_trace(run("base0", wall_only=True))

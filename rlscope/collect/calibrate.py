@@ -44,6 +44,7 @@ __all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WIND
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
+MORE_RUNS_FACTOR = 4  # min_blocks adds runs up to this many times the repetitions asked for
 
 
 def measure_run(trace_dir: Path) -> dict[str, Any]:
@@ -94,10 +95,15 @@ def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
-              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS
+              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, min_blocks: int = 0
               ) -> tuple[Calibration, list[str]]:
     """Run the configurations ``repetitions`` times; returns the calibration (also saved to
-    ``output/calibration.json``) and the failed runs' descriptions."""
+    ``output/calibration.json``) and the failed runs' descriptions.
+
+    ``min_blocks``: with alternating windows, add runs until the costs rest on at least this
+    many blocks, up to MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose
+    iterations outlast a window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run),
+    and with 18-36 blocks its CUDA API cost was known to ±1.5 µs, with 48 to ±0.35 µs."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -116,7 +122,8 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
     done = 0
-    for rep in range(repetitions):
+    rep = 0
+    while rep < repetitions or _wants_more(runs, plan, min_blocks, rep, repetitions, progress):
         queue = list(plan)
         while queue:
             config = queue.pop(0)
@@ -124,7 +131,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             run_dir.mkdir(parents=True, exist_ok=True)
             label = f"repetition {rep + 1}, {config}"
             done += 1
-            progress(f"[{done}/{done + len(queue) + len(plan) * (repetitions - rep - 1)}] {label}")
+            progress(f"[{done}/{done + len(queue) + len(plan) * max(repetitions - rep - 1, 0)}] {label}")
             log = run_dir / "log.txt"
             with log.open("w") as out:
                 try:
@@ -154,11 +161,28 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
                 plan = ladder
                 queue = list(ladder)
+        rep += 1
     calibration = _derive(runs)
     calibration.machine = machine_fingerprint()
     calibration.command = list(command)
     calibration.save(output / CALIBRATION_FILE)
     return calibration, failures
+
+
+def _wants_more(runs: list[dict[str, Any]], plan: list[str], min_blocks: int, rep: int, repetitions: int,
+                progress: Callable[[str], None]) -> bool:
+    """Whether to add a run for ``min_blocks`` (only with alternating windows, within the cap)."""
+    if not min_blocks or plan != [WINDOWS]:
+        return False
+    blocks = sum(len(window_blocks(w)) for r in runs if r["config"] == WINDOWS for w in r["windows"])
+    if blocks >= min_blocks:
+        return False
+    if rep >= MORE_RUNS_FACTOR * repetitions:
+        progress(f"{blocks} blocks after {rep} runs, fewer than --min-blocks {min_blocks}; stopping there "
+                 f"(at most {MORE_RUNS_FACTOR}x --repetitions runs): the costs' intervals will be wider")
+        return False
+    progress(f"{blocks} blocks so far, fewer than --min-blocks {min_blocks}: one more run")
+    return True
 
 
 def _derive(runs: list[dict[str, Any]]) -> Calibration:
