@@ -69,14 +69,14 @@ def in_process(rounds: int) -> dict[str, list[float]]:
     from rlscope import _cupti
 
     _cupti.load(libcupti_candidates())
+    scratch = Path(tempfile.mkdtemp())
     x = torch.zeros(1, device="cuda")
     launch_blocks(x, 20)  # warm-up: allocator, kernel cache, clocks
-    tracer = start_tracer(Path(tempfile.mkdtemp()), "recording")
+    tracer = start_tracer(scratch, "recording")
     launch_blocks(x, 5)
     tracer.stop()
     states = ["released", "idle", "idle_overhead_kind", "recording"]
     samples: dict[str, list[float]] = {s: [] for s in states}
-    scratch = Path(tempfile.mkdtemp())
     rng = random.Random(0)
     for r in range(rounds):
         order = states[:]
@@ -117,7 +117,7 @@ def processes(rounds: int) -> dict[str, list[float]]:
     return samples
 
 
-def summarise(samples: dict[str, list[float]], reference: str) -> list[dict[str, Any]]:
+def summarise(samples: dict[str, list[float]], reference: str, per_process: bool = False) -> list[dict[str, Any]]:
     ref = float(np.median(samples[reference]))
     rows = []
     for state, values in samples.items():
@@ -126,7 +126,7 @@ def summarise(samples: dict[str, list[float]], reference: str) -> list[dict[str,
                      "ci95_ns": None if half_width is None else round(half_width, 1),
                      f"vs_{reference}_ns": round(median - ref, 1),
                      f"vs_{reference}_pct": round(100 * (median - ref) / ref, 2), "samples": len(values)})
-        if reference == "never_attached":  # one value per process: how far apart processes run
+        if per_process:  # one value per process: how far apart identical processes run
             rows[-1]["per_process_ns"] = [round(v) for v in values]
     return rows
 
@@ -140,7 +140,7 @@ def main() -> None:
     if mode == "in-process":
         rows = summarise(in_process(rounds), "released")
     elif mode == "processes":
-        rows = summarise(processes(rounds), "never_attached")
+        rows = summarise(processes(rounds), "never_attached", per_process=True)
     else:
         raise SystemExit(f"cupti_idle: unknown mode {mode!r}; use in-process or processes")
     for row in rows:

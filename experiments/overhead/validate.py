@@ -113,8 +113,11 @@ def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[s
     neither the windows' calibration nor their check can see. Runs differ by their noise."""
     if not steady.get("steady_iterations"):
         return {}
-    rows = np.array([w[:3] for run in windows for lowest in [min((v[0] for v in run), default=0)]
-                     for w in run if w[0] == lowest], dtype=np.float64)
+    lowest_rows = []
+    for run in windows:
+        lowest = min((w[0] for w in run), default=0)
+        lowest_rows += [w[:3] for w in run if w[0] == lowest]
+    rows = np.array(lowest_rows, dtype=np.float64)
     if not len(rows) or rows[:, 2].sum() == 0:
         return {}
     off = rows[:, 1].sum() / rows[:, 2].sum()
