@@ -121,12 +121,12 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
 @click.option("--window-ms", type=click.FloatRange(min=0.1), default=10.0, show_default=True,
               help="Length of the windows in which each layer is switched on and off "
                    "(at rlscope.step() boundaries).")
-@click.option("--min-blocks", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Add runs until the costs rest on at least this many blocks of windows (up to 4x "
-                   "--repetitions runs): for workloads whose iterations outlast a window.")
+@click.option("--precision", "precision_pct", type=click.FloatRange(min=0), default=0.0, show_default=True,
+              help="Add runs until the costs' 95%% intervals move a corrected iteration by at most this many %% "
+                   "(up to 4x --repetitions runs; 0: never): for workloads whose iterations outlast a window.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
-              min_blocks: int, command: tuple[str, ...]) -> None:
+              precision_pct: float, command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
     from rlscope.analyze.calibration import CALIBRATION_FILE
@@ -136,12 +136,15 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     output_dir = output_dir or default_output(list(command), "calibration")
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
                                             progress=lambda line: click.echo(line, err=True), window_ms=window_ms,
-                                            min_blocks=min_blocks)
+                                            precision_pct=precision_pct)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
+    if calibration.uncertainty_pct is not None:
+        click.echo(f"their 95% intervals move a corrected iteration by at most ±{calibration.uncertainty_pct:.1f}%",
+                   err=True)
     if any(ci is None for ci in calibration.ci95_ns.values()):
         click.echo("too little data for a confidence interval on some costs (a median needs 6 blocks of windows, "
                    "whole runs 2 repetitions); use --repetitions 3 or more, or a longer run", err=True)

@@ -15,6 +15,7 @@ from rlscope.analyze.calibration import (
     Calibration,
     CalibrationWarning,
     correct_breakdown,
+    correction_uncertainty_pct,
     derive_costs,
     derive_window_costs,
     machine_fingerprint,
@@ -172,6 +173,33 @@ def test_correction_takes_each_cost_from_its_layer_and_never_below_zero():
     assert out["overhead_ns"].sum() == out["time_ns"].sum() - out["corrected_ns"].sum()
 
 
+def test_correction_uncertainty_is_the_intervals_times_the_events_of_an_iteration():
+    windows = _windows(10, levels=(0, 1, 2, 3, 4))
+    half = {"annotation": 50.0, "python_call": 200.0, "cuda_api": 300.0, "gpu_activity": 100.0}
+    tau = 15_000 + sum(n * TRUE_COSTS[e] for e, n in
+                       {"annotation": 2.0, "python_call": 3.0, "cuda_api": 1.5, "gpu_activity": 0.5}.items())
+    bound = 2.0 * 50 + 3.0 * 200 + 1.5 * 300 + 0.5 * 100
+    # per block the top level's base is drawn from 8000..20000 ns: the median share lies between the extremes
+    share = correction_uncertainty_pct([windows], half)
+    assert 100 * bound / (tau + 5_000) < share < 100 * bound / (tau - 7_000)
+    assert correction_uncertainty_pct([windows], {**half, "cuda_api": None}) is None  # no interval: unknown
+    without_gpu = correction_uncertainty_pct([windows], {"annotation": 50.0, "python_call": 200.0})
+    assert without_gpu < share  # event types without a cost are not corrected, so add nothing
+    assert correction_uncertainty_pct([], half) is None
+
+
+def test_correction_reports_how_far_the_intervals_move_it():
+    breakdown, transitions = _tables()
+    calibration = _calibration(annotation=100, python_call=1000, cuda_api=2500, gpu_activity=1000)
+    calibration.ci95_ns = {"annotation": 10.0, "python_call": 100.0, "cuda_api": 200.0, "gpu_activity": None}
+    out = correct_breakdown(breakdown, transitions, calibration, speed=2.0).set_index(["operation", "resources"])
+    # CPU-side half-widths scale with the speed as the costs do: inference 2*10*2 + 4*100*2, simulation 10*100*2
+    assert out.loc[("inference", "Python"), "uncertainty_ns"] == 840
+    assert out.loc[("simulation", "Python"), "uncertainty_ns"] == 2_000
+    assert out.loc[("inference", "CUDA API"), "uncertainty_ns"] == 400  # 2 calls x 200; kernels have no interval
+    assert out["uncertainty_ns"].sum() == 3_240
+
+
 def test_negative_costs_are_not_added():
     breakdown, transitions = _tables()
     out = correct_breakdown(breakdown, transitions, _calibration(annotation=-500))
@@ -223,6 +251,7 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
                          env=cli_env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "time corrected for profiling overhead" in out.stdout
+    assert "(from the costs' 95% intervals)" in out.stdout
     table = pd.read_csv(trace / "analysis" / "breakdown.csv")
     assert {"corrected_ns", "overhead_ns"} <= set(table.columns)
     assert (table["corrected_ns"] >= 0).all() and (table["corrected_ns"] <= table["time_ns"]).all()
@@ -233,17 +262,19 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
 
 
 @pytest.mark.slow
-def test_min_blocks_adds_runs_up_to_a_cap(tmp_path, cli_env):
+def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
     script = tmp_path / "loop.py"
-    script.write_text("import rlscope\nfor i in range(5000):\n    rlscope.step()\n    sum(range(1000))\n")
+    script.write_text("import rlscope\nimport numpy as np\nfor i in range(5000):\n    rlscope.step()\n"
+                      "    np.zeros(2); sum(range(500))\n")
     cal_dir = tmp_path / "cal"
     run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1",
-                          "--min-blocks", "100000", "--no-gpu", "--window-ms", "1", "--", sys.executable,
+                          "--precision", "0.000001", "--no-gpu", "--window-ms", "1", "--", sys.executable,
                           str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
     assert cal["repetitions"] == 4 and len(cal["runs"]) == 4  # 1 asked for, 3 added, then the cap
-    assert "one more run" in run.stderr and "fewer than --min-blocks 100000; stopping there" in run.stderr
+    assert "one more run" in run.stderr and "above --precision 1e-06%; stopping there" in run.stderr
+    assert cal["uncertainty_pct"] > 0 and "move a corrected iteration by at most" in run.stderr
 
 
 def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):

@@ -156,11 +156,11 @@ def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
-                        validation_pairs: int = 3, calibration_min_blocks: int = 0) -> dict[str, Any]:
-    """Calibrate (``calibration_min_blocks``: adding runs until that many blocks, as
-    ``rlscope calibrate --min-blocks``), validate both ways (whole runs: ``validation_pairs``
-    profiled runs, each between two uninstrumented ones, reported as medians over the pairs);
-    return the errors in percent."""
+                        validation_pairs: int = 3, calibration_precision_pct: float = 0.0) -> dict[str, Any]:
+    """Calibrate (``calibration_precision_pct``: adding runs until the costs' intervals move a
+    corrected iteration by at most that, as ``rlscope calibrate --precision``), validate both
+    ways (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
+    reported as medians over the pairs); return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
@@ -188,7 +188,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
 
         calibration, failures = calibrate(command + [str(calibration_steps)], root / "calibration",
                                           calibration_repetitions, gpu=gpu, progress=lambda line: None,
-                                          window_ms=window_ms, min_blocks=calibration_min_blocks)
+                                          window_ms=window_ms, precision_pct=calibration_precision_pct)
         if failures:
             raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         base = read_trace(run("base0", wall_only=True))
@@ -209,6 +209,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
+        "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
+                                        else float("nan")),
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }

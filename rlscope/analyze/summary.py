@@ -41,5 +41,7 @@ def format_correction(breakdown: pd.DataFrame) -> str:
     table.columns = ["raw_s", "corrected_s", "overhead_s"]
     table["overhead_%"] = (100 * table["overhead_s"] / table["raw_s"]).round(1)
     total = table[["raw_s", "corrected_s"]].sum()
-    return "\n".join(["time corrected for profiling overhead (s):", table.round(4).to_string(),
-                      f"total: raw {total['raw_s']:.4f} s, corrected {total['corrected_s']:.4f} s"])
+    line = f"total: raw {total['raw_s']:.4f} s, corrected {total['corrected_s']:.4f} s"
+    if "uncertainty_ns" in main:  # the calibration's 95% intervals, as a bound
+        line += f" ± {main['uncertainty_ns'].sum() / 1e9:.4f} s (from the costs' 95% intervals)"
+    return "\n".join(["time corrected for profiling overhead (s):", table.round(4).to_string(), line])

@@ -27,6 +27,7 @@ from rlscope.analyze.calibration import (
     CONFIGS,
     GPU_CONFIGS,
     Calibration,
+    correction_uncertainty_pct,
     derive_costs,
     derive_window_costs,
     event_counts,
@@ -44,7 +45,7 @@ __all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WIND
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
-MORE_RUNS_FACTOR = 4  # min_blocks adds runs up to this many times the repetitions asked for
+MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
 
 
 def measure_run(trace_dir: Path) -> dict[str, Any]:
@@ -95,15 +96,16 @@ def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
-              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, min_blocks: int = 0
+              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, precision_pct: float = 0.0
               ) -> tuple[Calibration, list[str]]:
     """Run the configurations ``repetitions`` times; returns the calibration (also saved to
     ``output/calibration.json``) and the failed runs' descriptions.
 
-    ``min_blocks``: with alternating windows, add runs until the costs rest on at least this
-    many blocks, up to MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose
-    iterations outlast a window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run),
-    and with 18-36 blocks its CUDA API cost was known to ±1.5 µs, with 48 to ±0.35 µs."""
+    ``precision_pct``: with alternating windows, add runs until the costs' 95% intervals move a
+    corrected iteration by at most this many % (``correction_uncertainty_pct``), up to
+    MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose iterations outlast a
+    window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run), too few for costs
+    that a check at ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -123,7 +125,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     failures: list[str] = []
     done = 0
     rep = 0
-    while rep < repetitions or _wants_more(runs, plan, min_blocks, rep, repetitions, progress):
+    while rep < repetitions or _wants_more(runs, plan, precision_pct, rep, repetitions, progress):
         queue = list(plan)
         while queue:
             config = queue.pop(0)
@@ -169,19 +171,20 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     return calibration, failures
 
 
-def _wants_more(runs: list[dict[str, Any]], plan: list[str], min_blocks: int, rep: int, repetitions: int,
+def _wants_more(runs: list[dict[str, Any]], plan: list[str], precision_pct: float, rep: int, repetitions: int,
                 progress: Callable[[str], None]) -> bool:
-    """Whether to add a run for ``min_blocks`` (only with alternating windows, within the cap)."""
-    if not min_blocks or plan != [WINDOWS]:
+    """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap)."""
+    if not precision_pct or plan != [WINDOWS]:
         return False
-    blocks = sum(len(window_blocks(w)) for r in runs if r["config"] == WINDOWS for w in r["windows"])
-    if blocks >= min_blocks:
+    uncertainty = _derive(runs).uncertainty_pct
+    if uncertainty is not None and uncertainty <= precision_pct:
         return False
+    now = "no interval yet" if uncertainty is None else f"±{uncertainty:.1f}%"
     if rep >= MORE_RUNS_FACTOR * repetitions:
-        progress(f"{blocks} blocks after {rep} runs, fewer than --min-blocks {min_blocks}; stopping there "
-                 f"(at most {MORE_RUNS_FACTOR}x --repetitions runs): the costs' intervals will be wider")
+        progress(f"correction uncertain to {now} of an iteration after {rep} runs, above --precision "
+                 f"{precision_pct:g}%; stopping there (at most {MORE_RUNS_FACTOR}x --repetitions runs)")
         return False
-    progress(f"{blocks} blocks so far, fewer than --min-blocks {min_blocks}: one more run")
+    progress(f"correction uncertain to {now} of an iteration, above --precision {precision_pct:g}%: one more run")
     return True
 
 
@@ -196,4 +199,5 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
         reps = min(reps, reps_whole) if alternating else reps_whole
     iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
-                       blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events)
+                       blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
+                       uncertainty_pct=correction_uncertainty_pct(alternating, ci) if alternating else None)
