@@ -10,6 +10,15 @@ Two numbers per GPU and sample, written to ``utilisation.csv`` beside the proces
 The analysis sets them against true GPU-bound time (the union of kernel and copy intervals),
 which is RL-Scope's point: for RL's tiny kernels with CPU gaps, nvidia-smi reads high while the
 GPU is mostly idle.
+
+The thread wakes every ``interval_s`` (2 s) and fetches every utilisation sample the driver took
+since the last wake (``nvmlDeviceGetSamples``), each with its own time, instead of asking for the
+current value ten times a second. Why: the sampler runs throughout a profiled process, so
+whatever it does to the workload is in every calibration window and measured by none; and on
+the H100 host a thread polling NVML every 100 ms moved a CUDA launch-and-synchronise loop by
+-9% to +6% between runs (``bench/nvml_sampler.py``, docs/results/overhead.md). Twenty times
+fewer wake-ups leave less of that, and the driver's samples come at its own rate. GPM's SM
+utilisation is a difference of two snapshots, so it comes per wake.
 """
 
 from __future__ import annotations
@@ -48,9 +57,10 @@ def visible_nvml_indices(pynvml: Any) -> list[int]:
 
 
 class UtilisationSampler:
-    """Samples every ``interval_s`` on a daemon thread until :meth:`stop`."""
+    """Collects samples every ``interval_s`` on a daemon thread until :meth:`stop` (which
+    collects the last ones)."""
 
-    def __init__(self, directory: Path, interval_s: float = 0.1) -> None:
+    def __init__(self, directory: Path, interval_s: float = 2.0) -> None:
         self.path = directory / UTILISATION_FILE
         self.interval_s = interval_s
         self._stop = threading.Event()
@@ -97,27 +107,65 @@ class UtilisationSampler:
 
     def _run(self) -> None:
         nvml = self._nvml
+        seen = {i: self._driver_now_us(h) for i, h in self._devices}  # driver samples taken before are not ours
         previous = {i: self._gpm_sample(h) for i, h in self._devices if self._gpm[i]}
-        while not self._stop.wait(self.interval_s):
+        stopping = False
+        while not stopping:
+            stopping = self._stop.wait(self.interval_s)
             lines = []
             for i, handle in self._devices:
-                now = time.perf_counter_ns()
-                try:
-                    util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
-                except nvml.NVMLError:
-                    continue
-                sm = ""
+                lines += self._utilisation(i, handle, seen)
                 if i in previous:
                     sample = self._gpm_sample(handle)
                     if sample is not None and previous[i] is not None:
-                        sm = self._sm_util(previous[i], sample)
+                        lines.append(f"{time.perf_counter_ns()},{i},,{self._sm_util(previous[i], sample)}\n")
                         nvml.nvmlGpmSampleFree(previous[i])
                     previous[i] = sample
-                lines.append(f"{now},{i},{util},{sm}\n")
             self._file.write("".join(lines))
         for sample in previous.values():
             if sample is not None:
                 nvml.nvmlGpmSampleFree(sample)
+
+    def _driver_now_us(self, handle: Any) -> int:
+        """Now on the clock of the driver's sample times (µs), which NVML documents only as "CPU
+        timestamp": the wall clock or CLOCK_MONOTONIC, whichever its newest sample is nearer to
+        (the wall clock where it has none). Sets ``self._offset_ns``, that clock -> perf_counter_ns."""
+        wall, monotonic = time.time_ns(), time.monotonic_ns()
+        newest = 0
+        try:
+            _, samples = self._nvml.nvmlDeviceGetSamples(handle, self._nvml.NVML_GPU_UTILIZATION_SAMPLES, 0)
+            newest = max((s.timeStamp for s in samples), default=0) * 1000
+        except self._nvml.NVMLError:
+            pass
+        on_monotonic = bool(newest) and abs(newest - monotonic) < abs(newest - wall)
+        clock = monotonic if on_monotonic else wall
+        self.meta["sample_clock"] = "CLOCK_MONOTONIC" if on_monotonic else "wall clock"
+        self._offset_ns = time.perf_counter_ns() - clock
+        return clock // 1000
+
+    def _utilisation(self, index: int, handle: Any, seen: dict[int, int]) -> list[str]:
+        """CSV lines of the driver's utilisation samples since ``seen[index]`` (µs on its clock),
+        timed on perf_counter_ns's clock; the current value where the driver keeps no samples."""
+        nvml = self._nvml
+        try:
+            _, samples = nvml.nvmlDeviceGetSamples(handle, nvml.NVML_GPU_UTILIZATION_SAMPLES, seen[index])
+        except nvml.NVMLError as err:
+            if getattr(err, "value", None) == nvml.NVML_ERROR_NOT_FOUND:
+                return []  # none since the last wake
+            self.meta["samples"] = f"current value per wake (nvmlDeviceGetSamples: {err})"
+            try:
+                util = nvml.nvmlDeviceGetUtilizationRates(handle).gpu
+            except nvml.NVMLError:
+                return []
+            return [f"{time.perf_counter_ns()},{index},{util},\n"]
+        offset = self._offset_ns
+        lines = []
+        for sample in sorted(samples, key=lambda s: s.timeStamp):
+            if sample.timeStamp <= seen[index]:
+                continue
+            seen[index] = sample.timeStamp
+            lines.append(f"{sample.timeStamp * 1000 + offset},{index},{sample.sampleValue.uiVal},\n")
+        return lines
 
     def _gpm_sample(self, handle: Any) -> Any:
         nvml = self._nvml
