@@ -69,18 +69,15 @@ def main() -> None:
     if tracer is not None and state == "idle":
         tracer.record(api=False, gpu=False)
     threading.Thread(target=sample_clock, daemon=True).start()
-    for _ in range(40):
-        t0 = time.perf_counter_ns()
-        for _ in range(2000):
-            x.add_(1)
-        torch.cuda.synchronize()
-        out["launch"].append((time.perf_counter_ns() - t0) / 2000)
-    for _ in range(25):
-        t0 = time.perf_counter_ns()
-        for _ in range(200):
-            x.add_(1)
+    for loop, blocks, launches in (("launch", 40, 2000), ("sync", 25, 200)):
+        for _ in range(blocks):
+            t0 = time.perf_counter_ns()
+            for _ in range(launches):
+                x.add_(1)
+                if loop == "sync":
+                    torch.cuda.synchronize()
             torch.cuda.synchronize()
-        out["sync"].append((time.perf_counter_ns() - t0) / 200)
+            out[loop].append((time.perf_counter_ns() - t0) / launches)
     stop.set()
     if tracer is not None:
         tracer.stop()

@@ -34,26 +34,23 @@ from rlscope.collect.nvml import UtilisationSampler
 BLOCKS = 40  # per state and round, of each loop
 
 
-def round_trips(x: Any, torch: Any) -> list[float]:
+def timed_blocks(x: Any, torch: Any, launches: int, synchronise_each: bool) -> list[float]:
+    """Nanoseconds per launch of BLOCKS blocks of ``launches`` tiny kernels: each launch waited
+    for (a round trip) or only each block."""
     out = []
     for _ in range(BLOCKS):
         t0 = time.perf_counter_ns()
-        for _ in range(200):
+        for _ in range(launches):
             x.add_(1)
-            torch.cuda.synchronize()
-        out.append((time.perf_counter_ns() - t0) / 200)
-    return out
-
-
-def launches(x: Any, torch: Any) -> list[float]:
-    out = []
-    for _ in range(BLOCKS):
-        t0 = time.perf_counter_ns()
-        for _ in range(2000):
-            x.add_(1)
+            if synchronise_each:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
-        out.append((time.perf_counter_ns() - t0) / 2000)
+        out.append((time.perf_counter_ns() - t0) / launches)
     return out
+
+
+def loops(x: Any, torch: Any) -> dict[str, list[float]]:
+    return {"round_trip": timed_blocks(x, torch, 200, True), "launch": timed_blocks(x, torch, 2000, False)}
 
 
 class Poll100ms:
@@ -83,8 +80,7 @@ def main() -> None:
     rounds, out = int(sys.argv[1]), Path(sys.argv[2])
     pynvml.nvmlInit()
     x = torch.zeros(1, device="cuda")
-    round_trips(x, torch)
-    launches(x, torch)  # warm-up
+    loops(x, torch)  # warm-up
     scratch = Path(tempfile.mkdtemp())
     states = ["off", "poll_100ms", "sampler"]
     samples: dict[str, dict[str, list[float]]] = {s: {"round_trip": [], "launch": []} for s in states}
@@ -100,8 +96,8 @@ def main() -> None:
                 running = UtilisationSampler(scratch)
                 if not running.start():
                     raise SystemExit(f"nvml_sampler: {running.meta}")
-            samples[state]["round_trip"] += round_trips(x, torch)
-            samples[state]["launch"] += launches(x, torch)
+            for loop, values in loops(x, torch).items():
+                samples[state][loop] += values
             if running is not None:
                 running.stop()
         print(f"  round {r + 1}/{rounds}", file=sys.stderr, flush=True)
