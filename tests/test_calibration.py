@@ -451,3 +451,25 @@ def test_unprofiled_windows_are_set_against_the_uninstrumented_iteration():
     result = unprofiled_windows_slowdown(windows, steady)
     assert result["unprofiled_windows_vs_uninstrumented_pct"] == pytest.approx(10)
     assert unprofiled_windows_slowdown(windows, {}) == {}
+
+
+def test_overhead_figure_shows_the_calibrations_own_uncertainty_where_reported():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from rlscope.plot.overhead import overhead_correction
+
+    results = pd.DataFrame({"status": ["ok"] * 4, "workload": ["a", "a", "b", "b"],
+                            "raw_error_pct": [30.0, 32, 20, 22], "corrected_error_pct": [1.0, -2, 3, 4],
+                            "steady_corrected_error_pct": [0.5, -1, 2, 3],
+                            "window_corrected_error_pct": [0.2, 0.1, 1, 2],
+                            "window_corrected_ci95_pct": [1.0, 2, 1, 1]})
+
+    def labels(fig):
+        return [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert "± the calibration's own uncertainty" not in labels(overhead_correction(results, {"scale": "quick"}))
+    fig = overhead_correction(results.assign(calibration_uncertainty_pct=[1.5, 2.5, 6.0, 8.0]), {"scale": "quick"})
+    assert "± the calibration's own uncertainty" in labels(fig)
+    bars = [c for c in fig.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]
+    spans = bars[-1].lines[2][0].get_segments()  # the last error bars drawn: the calibration's, at 0 ± median
+    assert [(round(s[0][1], 6), round(s[1][1], 6)) for s in spans] == [(-2.0, 2.0), (-7.0, 7.0)]

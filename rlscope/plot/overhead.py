@@ -20,7 +20,8 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     runs (per repetition the median over interleaved pairs; mean ± sd over repetitions, with the
     uncorrected error beside it), on whole runs from their first step (start-up left out) and on
     alternating windows of one run (each run's median over blocks, averaged; the mean of the
-    runs' 95% intervals); the ±5% target shaded."""
+    runs' 95% intervals); beside them, how far the calibration's own intervals can move the
+    correction (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded."""
     ok = results[results["status"] == "ok"]
     columns = [c for c in ("raw_error_pct", "corrected_error_pct", "steady_corrected_error_pct",
                            "window_corrected_error_pct") if c in ok.columns]
@@ -38,6 +39,11 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
         err = window_ci if column == "window_corrected_error_pct" else stats[(column, "std")]
         ax.bar(x + (i - (len(columns) - 1) / 2) * width, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3,
                label=label, color=color)
+    if "calibration_uncertainty_pct" in ok.columns:  # how far the costs' own intervals can move the correction
+        spread = ok.groupby("workload")["calibration_uncertainty_pct"].median().reindex(stats.index)
+        if spread.notna().any():
+            ax.errorbar(x + 0.45, np.zeros(len(x)), yerr=spread.fillna(0).to_numpy(), fmt="none", ecolor="black",
+                        elinewidth=2, capsize=5, alpha=0.7, label="± the calibration's own uncertainty")
     ax.axhspan(-5, 5, color="#55a868", alpha=0.15, label="±5% target")
     ax.axhline(0, color="black", linewidth=0.8)
     ax.set_xticks(x, stats.index, rotation=15)
