@@ -122,7 +122,7 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
               help="Length of the windows in which each layer is switched on and off "
                    "(at rlscope.step() boundaries).")
 @click.option("--precision", "precision_pct", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Add runs until the costs' 95%% intervals move a corrected iteration by at most this many %% "
+              help="Add runs until the costs' 95% intervals move a corrected iteration by at most this many % "
                    "(up to 4x --repetitions runs; 0: never): for workloads whose iterations outlast a window.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
