@@ -24,6 +24,8 @@ import threading
 import time
 from pathlib import Path
 
+from cupti_idle import launch_blocks  # this folder: python puts the script's own first on sys.path
+
 
 def python_loop() -> float:
     t0 = time.perf_counter_ns()
@@ -62,22 +64,12 @@ def main() -> None:
 
     out: dict[str, list[float]] = {"python_loop": [python_loop() for _ in range(20)], "launch": [], "sync": []}
     x = torch.zeros(1, device="cuda")
-    for _ in range(20):  # warm-up
-        for _ in range(2000):
-            x.add_(1)
-        torch.cuda.synchronize()
+    launch_blocks(x, 20, 2000)  # warm-up
     if tracer is not None and state == "idle":
         tracer.record(api=False, gpu=False)
     threading.Thread(target=sample_clock, daemon=True).start()
-    for loop, blocks, launches in (("launch", 40, 2000), ("sync", 25, 200)):
-        for _ in range(blocks):
-            t0 = time.perf_counter_ns()
-            for _ in range(launches):
-                x.add_(1)
-                if loop == "sync":
-                    torch.cuda.synchronize()
-            torch.cuda.synchronize()
-            out[loop].append((time.perf_counter_ns() - t0) / launches)
+    out["launch"] = launch_blocks(x, 40, 2000)
+    out["sync"] = launch_blocks(x, 25, 200, synchronise_each=True)
     stop.set()
     if tracer is not None:
         tracer.stop()

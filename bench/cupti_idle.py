@@ -36,17 +36,20 @@ LAUNCHES = 2000  # per timed block: ~5-10 ms of launches
 BLOCKS = 5  # per state and round
 
 
-def launch_blocks(x: Any, blocks: int) -> list[float]:
-    """Nanoseconds per launch of ``blocks`` blocks of LAUNCHES tiny kernels, each synchronised."""
+def launch_blocks(x: Any, blocks: int, launches: int = LAUNCHES, synchronise_each: bool = False) -> list[float]:
+    """Nanoseconds per launch of ``blocks`` blocks of ``launches`` tiny kernels, each block
+    synchronised (``synchronise_each``: every launch waited for, a round trip)."""
     import torch
 
     out = []
     for _ in range(blocks):
         t0 = time.perf_counter_ns()
-        for _ in range(LAUNCHES):
+        for _ in range(launches):
             x.add_(1)
+            if synchronise_each:
+                torch.cuda.synchronize()
         torch.cuda.synchronize()
-        out.append((time.perf_counter_ns() - t0) / LAUNCHES)
+        out.append((time.perf_counter_ns() - t0) / launches)
     return out
 
 

@@ -22,11 +22,12 @@ import random
 import sys
 import tempfile
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
 import numpy as np
+
+from cupti_idle import launch_blocks  # this folder: python puts the script's own first on sys.path
 
 from rlscope.analyze.calibration import median_ci95
 from rlscope.collect.nvml import UtilisationSampler
@@ -34,23 +35,9 @@ from rlscope.collect.nvml import UtilisationSampler
 BLOCKS = 40  # per state and round, of each loop
 
 
-def timed_blocks(x: Any, torch: Any, launches: int, synchronise_each: bool) -> list[float]:
-    """Nanoseconds per launch of BLOCKS blocks of ``launches`` tiny kernels: each launch waited
-    for (a round trip) or only each block."""
-    out = []
-    for _ in range(BLOCKS):
-        t0 = time.perf_counter_ns()
-        for _ in range(launches):
-            x.add_(1)
-            if synchronise_each:
-                torch.cuda.synchronize()
-        torch.cuda.synchronize()
-        out.append((time.perf_counter_ns() - t0) / launches)
-    return out
-
-
-def loops(x: Any, torch: Any) -> dict[str, list[float]]:
-    return {"round_trip": timed_blocks(x, torch, 200, True), "launch": timed_blocks(x, torch, 2000, False)}
+def loops(x: Any) -> dict[str, list[float]]:
+    return {"round_trip": launch_blocks(x, BLOCKS, 200, synchronise_each=True),
+            "launch": launch_blocks(x, BLOCKS, 2000)}
 
 
 class Poll100ms:
@@ -80,7 +67,7 @@ def main() -> None:
     rounds, out = int(sys.argv[1]), Path(sys.argv[2])
     pynvml.nvmlInit()
     x = torch.zeros(1, device="cuda")
-    loops(x, torch)  # warm-up
+    loops(x)  # warm-up
     scratch = Path(tempfile.mkdtemp())
     states = ["off", "poll_100ms", "sampler"]
     samples: dict[str, dict[str, list[float]]] = {s: {"round_trip": [], "launch": []} for s in states}
@@ -96,7 +83,7 @@ def main() -> None:
                 running = UtilisationSampler(scratch)
                 if not running.start():
                     raise SystemExit(f"nvml_sampler: {running.meta}")
-            for loop, values in loops(x, torch).items():
+            for loop, values in loops(x).items():
                 samples[state][loop] += values
             if running is not None:
                 running.stop()
