@@ -82,17 +82,22 @@ def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
         if not path.exists():
             continue
         windows = np.array(json.loads(path.read_text())["windows"], dtype=np.int64).reshape(-1, 4)
-        if not len(windows):
-            continue
-        durations = windows[:, 2] - windows[:, 1] - write_time_in(windows, process.events, process.meta["main_tid"])
-        counts = []
-        for times in event_times(process.events):
-            index = np.searchsorted(windows[:, 1], times, side="right") - 1
-            inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
-            counts.append(np.bincount(index[inside], minlength=len(windows)))
-        out.append([[int(w[0]), int(durations[i]), int(w[3]), *(int(c[i]) for c in counts)]
-                    for i, w in enumerate(windows)])
+        if len(windows):
+            out.append(window_rows(windows, process))
     return out
+
+
+def window_rows(windows: np.ndarray, process: Any) -> list[list[int]]:
+    """Stretches ``[level, start_ns, end_ns, iterations]`` of one process's trace as
+    ``WINDOW_COLUMNS`` rows: duration less the main thread's trace writes in it, iterations, and
+    the events of each type that fall in it."""
+    durations = windows[:, 2] - windows[:, 1] - write_time_in(windows, process.events, process.meta["main_tid"])
+    counts = []
+    for times in event_times(process.events):
+        index = np.searchsorted(windows[:, 1], times, side="right") - 1
+        inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
+        counts.append(np.bincount(index[inside], minlength=len(windows)))
+    return [[int(w[0]), int(durations[i]), int(w[3]), *(int(c[i]) for c in counts)] for i, w in enumerate(windows)]
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
