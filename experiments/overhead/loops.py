@@ -1,6 +1,6 @@
 """Workloads whose profiling overhead is corrected and validated (RL-Scope paper, Fig. 11).
 
-    python -m experiments.overhead.loops WORKLOAD STEPS
+    python -m experiments.overhead.loops WORKLOAD STEPS [--sessions DIR [--segment-ms MS]]
 
 Each is an ordinary annotated training or collection loop of STEPS / STEP_DIVISOR[WORKLOAD]
 environment steps (one STEPS value then gives runs of similar length across workloads):
@@ -9,11 +9,17 @@ environment steps (one STEPS value then gives runs of similar length across work
 - ``sb3_ppo`` / ``sb3_a2c``: stable-baselines3 on CartPole-v1, CPU;
 - ``sb3_ppo_cuda``: stable-baselines3 PPO with its networks on the GPU;
 - ``jax_loop``: a jitted JAX MLP policy stepping a NumPy CartPole (GPU when present).
+
+With ``--sessions DIR`` the loop profiles itself in alternating segments, each in its own
+``rlscope.profile()`` session under DIR (``experiments.overhead.sessions``); run it outside
+``rlscope prof``.
 """
 
 from __future__ import annotations
 
-import sys
+import argparse
+from collections.abc import Callable
+from pathlib import Path
 
 import numpy as np
 
@@ -24,13 +30,18 @@ WORKLOADS = tuple(STEP_DIVISOR)
 GPU_WORKLOADS = ("sb3_ppo_cuda", "jax_loop")
 
 
-def gym_numpy(steps: int) -> None:
+Tick = Callable[[], None] | None  # SessionSegments.tick, called before each rlscope.step()
+
+
+def gym_numpy(steps: int, tick: Tick = None) -> None:
     import gymnasium as gym
 
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     weights = np.random.default_rng(0).normal(size=(4, 2))
     for _ in range(steps):
+        if tick is not None:
+            tick()
         rlscope.step()
         with rlscope.operation("inference"):
             action = int(np.argmax(obs @ weights))
@@ -40,7 +51,7 @@ def gym_numpy(steps: int) -> None:
                 obs, _ = env.reset()
 
 
-def sb3(steps: int, algorithm: str, device: str) -> None:
+def sb3(steps: int, algorithm: str, device: str, tick: Tick = None) -> None:
     """One rlscope.step() per rollout (with the update after it). PPO collects 64 steps per
     rollout instead of 2048, so that short runs still have many iterations."""
     import stable_baselines3
@@ -49,6 +60,8 @@ def sb3(steps: int, algorithm: str, device: str) -> None:
 
     class StepPerRollout(BaseCallback):
         def _on_rollout_start(self) -> None:
+            if tick is not None:
+                tick()
             rlscope.step()
 
         def _on_step(self) -> bool:
@@ -62,7 +75,7 @@ def sb3(steps: int, algorithm: str, device: str) -> None:
         model.learn(total_timesteps=steps, callback=StepPerRollout())
 
 
-def jax_loop(steps: int) -> None:
+def jax_loop(steps: int, tick: Tick = None) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -78,6 +91,8 @@ def jax_loop(steps: int) -> None:
     rng = np.random.default_rng(0)
     state = rng.uniform(-0.05, 0.05, size=(1, 4))
     for _ in range(steps):
+        if tick is not None:
+            tick()
         rlscope.step()
         with rlscope.operation("inference"):
             action = np.asarray(policy(jnp.asarray(state, dtype=jnp.float32)))
@@ -87,19 +102,37 @@ def jax_loop(steps: int) -> None:
                 state = rng.uniform(-0.05, 0.05, size=(1, 4))
 
 
-def run(workload: str, steps: int) -> None:
+def run(workload: str, steps: int, tick: Tick = None) -> None:
     if workload not in STEP_DIVISOR:
         raise SystemExit(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
     steps = max(1, steps // STEP_DIVISOR[workload])
     if workload == "gym_numpy":
-        gym_numpy(steps)
+        gym_numpy(steps, tick)
     elif workload in ("sb3_ppo", "sb3_a2c"):
-        sb3(steps, workload[4:].upper(), "cpu")
+        sb3(steps, workload[4:].upper(), "cpu", tick)
     elif workload == "sb3_ppo_cuda":
-        sb3(steps, "PPO", "cuda")
+        sb3(steps, "PPO", "cuda", tick)
     else:
-        jax_loop(steps)
+        jax_loop(steps, tick)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(prog="python -m experiments.overhead.loops", description=__doc__.split("\n")[0])
+    parser.add_argument("workload", choices=WORKLOADS)
+    parser.add_argument("steps", type=int, help="environment steps (divided per workload, see STEP_DIVISOR)")
+    parser.add_argument("--sessions", type=Path, metavar="DIR", help="profile alternating segments into DIR")
+    parser.add_argument("--segment-ms", type=float, default=100.0, help="length of a segment (default 100)")
+    args = parser.parse_args(argv)
+    if args.sessions is None:
+        run(args.workload, args.steps)
+        return
+    from experiments.overhead.sessions import SessionSegments
+
+    if rlscope.enabled():
+        parser.error("--sessions starts its own sessions; run it without `rlscope prof`")
+    with SessionSegments(args.sessions, args.segment_ms) as segments:  # GPU collection as $RLSCOPE_GPU says
+        run(args.workload, args.steps, segments.tick)
 
 
 if __name__ == "__main__":
-    run(sys.argv[1], int(sys.argv[2]))
+    main()

@@ -17,6 +17,13 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   records nothing in the unprofiled windows). Per palindromic block, the corrected time per
   iteration of the profiled windows against that of the unprofiled windows next to them; median
   and its 95% interval over blocks.
+- **sessions** (``session_*``): one run of ``session_steps`` that starts and stops whole
+  ``rlscope.profile()`` sessions as it goes (``experiments.overhead.sessions``): segments of
+  ``session_segment_ms`` profiled or not, compared per palindromic block as the windows are. Unlike
+  the windows, a profiled segment carries everything a session costs while it exists (CUPTI
+  attached, the NVML sampler, the collectors installed), and unlike whole runs it is compared
+  with unprofiled stretches of the same process, so the host's differences between processes
+  cancel.
 
 Both corrections scale the CPU-side costs by how long the run's iterations took against the
 calibration's profiled windows (``speed_factor``), as ``rlscope analyze --corrected`` does, and
@@ -37,20 +44,21 @@ import numpy as np
 from rlscope.errors import SkipRun
 
 __all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
-           "unprofiled_windows_slowdown"]
+           "unprofiled_windows_slowdown", "session_errors"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
     return float(breakdown.loc[breakdown["thread"] == "main", column].sum())
 
 
-def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0
-                  ) -> dict[str, float]:
+def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0,
+                  prefix: str = "window") -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
     per block, time per iteration of each (trace writes left out: the correction removes them
     whole); the median over blocks with its 95% interval, as calibration takes its costs, and
     the mean beside it (on a shared machine a block now and then loses milliseconds to another
-    process, which moves the mean by more than the correction's own error)."""
+    process, which moves the mean by more than the correction's own error). The same for the
+    segments of a ``--sessions`` run, with ``prefix="session"``."""
     from rlscope.analyze.calibration import applied_costs, median_ci95, window_blocks
 
     costs = applied_costs(costs_ns, speed)
@@ -64,11 +72,11 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
             raw.append(100 * (tau - base) / base)
             corrected.append(100 * (tau - removed - base) / base)
     if len(corrected) < 6:
-        raise RuntimeError(f"only {len(corrected)} blocks of alternating windows; run longer")
+        raise RuntimeError(f"only {len(corrected)} blocks of alternating {prefix}s; run longer")
     error, half = median_ci95(corrected)
-    return {"window_raw_error_pct": float(np.median(raw)), "window_corrected_error_pct": error,
-            "window_corrected_ci95_pct": half, "window_corrected_mean_error_pct": float(np.mean(corrected)),
-            "window_blocks": len(corrected)}
+    return {f"{prefix}_raw_error_pct": float(np.median(raw)), f"{prefix}_corrected_error_pct": error,
+            f"{prefix}_corrected_ci95_pct": half, f"{prefix}_corrected_mean_error_pct": float(np.mean(corrected)),
+            f"{prefix}_blocks": len(corrected)}
 
 
 def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected_ns: float,
@@ -125,6 +133,19 @@ def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[s
     return {"unprofiled_windows_vs_uninstrumented_pct": 100 * (off - base) / base}
 
 
+def session_errors(directory: Path, calibration: Any) -> dict[str, float]:
+    """The sessions check of a ``--sessions`` run in ``directory``: its segments' raw and
+    corrected error as ``window_errors`` gives them, with the CPU-side costs scaled by how fast
+    its profiled segments ran against the calibration (``speed_factor``)."""
+    from experiments.overhead.sessions import read_segments
+    from rlscope.analyze.calibration import speed_factor, window_iteration
+
+    rows = read_segments(directory)
+    speed = speed_factor(calibration, window_iteration([rows]))
+    return {**window_errors([rows], calibration.costs_ns, speed or 1.0, prefix="session"),
+            "session_speed_vs_calibration": speed if speed is not None else float("nan")}
+
+
 def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], tables: dict[str, Any],
                    costs_ns: dict[str, float]) -> dict[str, float]:
     """The whole-run check of one profiled run against the uninstrumented runs made just before
@@ -156,11 +177,13 @@ def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
-                        validation_pairs: int = 3, calibration_precision_pct: float = 0.0) -> dict[str, Any]:
+                        validation_pairs: int = 3, calibration_precision_pct: float = 0.0,
+                        session_steps: int = 0, session_segment_ms: float = 100.0) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until the costs' intervals move a
-    corrected iteration by at most that, as ``rlscope calibrate --precision``), validate both
-    ways (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
-    reported as medians over the pairs); return the errors in percent."""
+    corrected iteration by at most that, as ``rlscope calibrate --precision``), validate every
+    way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
+    reported as medians over the pairs; sessions: a run of ``session_steps``, 0 for none);
+    return the errors in percent."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
@@ -203,7 +226,12 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         windows = measure_windows(read_trace(run("windows", gpu=gpu,
                                                  windows=format_windows(window_ms, ["off", LEVELS[-1]]))))
         window_speed = speed_factor(calibration, window_iteration(windows))
+        sessions = {}
+        if session_steps:
+            _run_sessions(command + [str(session_steps), "--segment-ms", f"{session_segment_ms:g}"], root, gpu)
+            sessions = session_errors(root / "sessions", calibration)
     return {
+        **sessions,
         **whole,
         **window_errors(windows, calibration.costs_ns, window_speed or 1.0),
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
@@ -214,3 +242,21 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }
+
+
+def _run_sessions(command: list[str], root: Path, gpu: bool) -> None:
+    """The ``--sessions`` run: a plain process (sessions are started by the loop itself), with
+    GPU collection left to the loop (``gpu=False``: none)."""
+    import os
+    import subprocess
+
+    from rlscope.api import ENV_GPU
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+    if not gpu:
+        env[ENV_GPU] = "0"
+    with (root / "sessions.log").open("w") as log:
+        code = subprocess.call([*command, "--sessions", str(root / "sessions")], env=env, stdout=log,
+                               stderr=subprocess.STDOUT)
+    if code != 0:
+        raise RuntimeError(f"sessions run failed: {(root / 'sessions.log').read_text()[-2000:]}")

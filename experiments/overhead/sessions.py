@@ -1,0 +1,136 @@
+"""Profiling sessions started and stopped inside one run: the in-process whole-run check.
+
+Alternating windows (``rlscope.collect.windows``) switch what rlscope *records*, so whatever a
+session costs while recording nothing (CUPTI attached, the NVML sampler's thread, the
+collectors installed) is in both kinds of window and measured by neither. Comparing whole
+processes catches it, but identical processes on a shared or virtualised host differ by 2.5-37%
+(on the lent H100 a CUDA launch takes ~6 or ~9 us depending on a host state that outlasts a
+process), far more than the ±5% the correction is held to.
+
+Here one process runs its loop in segments, each of about ``segment_ms``, in palindromic
+order ``unprofiled, profiled, profiled, unprofiled, ...``. A profiled segment runs inside its
+own ``rlscope.profile()`` session, started and stopped through the public API as a user would,
+so it pays everything a profiled process pays once its interpreter has started; an unprofiled
+segment runs with no session at all, exactly as an uninstrumented process. Each segment's first
+stretch (``warmup_fraction`` of ``segment_ms``, at least one iteration) is left out of its time:
+it holds the session's start-up, a one-off that the whole-run checks measure instead.
+
+``segments.json`` in the output directory lists every timed stretch:
+``[profiled, start_ns, end_ns, iterations, trace directory or ""]``, times on the trace clock.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from pathlib import Path
+from typing import Any
+
+import rlscope
+from rlscope.harness.files import write_json_atomic
+
+__all__ = ["SEGMENTS_FILE", "SessionSegments"]
+
+SEGMENTS_FILE = "segments.json"
+
+
+class SessionSegments:
+    """Call ``tick()`` at the top of every iteration, before ``rlscope.step()``, and ``close()``
+    once the loop is done (also as a context manager). Sessions are started and stopped only
+    at iteration boundaries, where the loop has no rlscope operation open."""
+
+    PATTERN = (False, True, True, False)
+
+    def __init__(self, directory: Path, segment_ms: float = 100.0, warmup_fraction: float = 0.1,
+                 gpu: bool | str | None = None) -> None:
+        if segment_ms <= 0 or not 0 <= warmup_fraction < 1:
+            raise ValueError(f"segment_ms {segment_ms} must be > 0 and warmup_fraction {warmup_fraction} in [0, 1)")
+        self.directory = Path(directory)
+        self.segment_ns = int(segment_ms * 1e6)
+        self.warmup_ns = int(segment_ms * warmup_fraction * 1e6)
+        self.gpu = gpu
+        self.segments: list[list[Any]] = []
+        self._index = -1  # segment being run; -1 before the first tick
+        self._session: contextlib.ExitStack | None = None
+        self._trace = ""
+        self._started = self._timed_from = 0
+        self._iterations = 0
+
+    def __enter__(self) -> SessionSegments:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def tick(self) -> None:
+        now = time.perf_counter_ns()
+        if self._index < 0:
+            self._next(now)
+            return
+        if not self._timed_from:  # warming up: at least the iteration the segment began with
+            if now - self._started >= self.warmup_ns:
+                self._timed_from, self._iterations = now, 1
+            return
+        if now - self._timed_from < self.segment_ns:
+            self._iterations += 1
+            return
+        self.segments.append([int(self._profiled()), self._timed_from, now, self._iterations, self._trace])
+        self._next(now)
+
+    def close(self) -> None:
+        """Stop an open session (its stretch, cut short, is dropped) and write the segments."""
+        self._stop()
+        self.directory.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(self.directory / SEGMENTS_FILE, {"pattern": [int(p) for p in self.PATTERN],
+                                                            "segment_ns": self.segment_ns, "segments": self.segments})
+
+    def _profiled(self) -> bool:
+        return self.PATTERN[self._index % len(self.PATTERN)]
+
+    def _next(self, now: int) -> None:
+        self._stop()
+        self._index += 1
+        self._trace = ""
+        if self._profiled():
+            trace = self.directory / f"segment-{self._index:05d}"
+            self._session = contextlib.ExitStack()
+            self._session.enter_context(rlscope.profile(trace, gpu=self.gpu))
+            self._trace = trace.name
+            now = time.perf_counter_ns()
+        self._started, self._timed_from = now, 0
+
+    def _stop(self) -> None:
+        if self._session is not None:
+            self._session.close()
+            self._session = None
+
+
+def read_segments(directory: Path) -> list[list[int]]:
+    """The timed stretches of a ``--sessions`` run as ``WINDOW_COLUMNS`` rows (level 0:
+    unprofiled, the top level: profiled), in order: a profiled stretch's duration leaves out its
+    trace writes and its events are counted from its session's trace, as for alternating windows."""
+    import json
+
+    import numpy as np
+
+    from rlscope.collect.calibrate import window_rows
+    from rlscope.collect.windows import LEVELS
+    from rlscope.errors import RlscopeError
+    from rlscope.trace.reader import read_trace
+
+    path = Path(directory) / SEGMENTS_FILE
+    try:
+        segments = json.loads(path.read_text())["segments"]
+    except (OSError, ValueError, KeyError) as err:
+        raise RlscopeError(f"{path}: no segments ({err}); make them with "
+                           f"`python -m experiments.overhead.loops WORKLOAD STEPS --sessions DIR`") from err
+    top = len(LEVELS) - 1
+    rows = []
+    for profiled, start, end, iterations, trace in segments:
+        if not profiled:
+            rows.append([0, end - start, iterations])
+            continue
+        (process,) = read_trace(Path(directory) / trace)
+        rows += window_rows(np.array([[top, start, end, iterations]], dtype=np.int64), process)
+    width = max(len(r) for r in rows) if rows else 3
+    return [r + [0] * (width - len(r)) for r in rows]
