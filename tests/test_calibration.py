@@ -473,3 +473,10 @@ def test_overhead_figure_shows_the_calibrations_own_uncertainty_where_reported()
     bars = [c for c in fig.axes[0].containers if type(c).__name__ == "ErrorbarContainer"]
     spans = bars[-1].lines[2][0].get_segments()  # the last error bars drawn: the calibration's, at 0 ± median
     assert [(round(s[0][1], 6), round(s[1][1], 6)) for s in spans] == [(-2.0, 2.0), (-7.0, 7.0)]
+    assert "corrected, sessions in one run (median)" not in labels(fig)
+    sessions = results.assign(session_corrected_error_pct=[1.0, 3, -2, -4], session_corrected_ci95_pct=[2.0, 4, 1, 1])
+    fig = overhead_correction(sessions, {"scale": "quick"})
+    assert "corrected, sessions in one run (median)" in labels(fig)
+    session_bars = fig.axes[0].containers[-1]  # drawn last: mean of the runs' medians, mean interval
+    assert [round(b.get_height(), 6) for b in session_bars] == [2.0, -3.0]
+    assert [round(s[1][1] - s[0][1], 6) for s in session_bars.errorbar.lines[2][0].get_segments()] == [6.0, 2.0]

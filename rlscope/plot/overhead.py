@@ -19,24 +19,27 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     """Per workload: (corrected - uninstrumented) / uninstrumented in percent, measured on whole
     runs (per repetition the median over interleaved pairs; mean ± sd over repetitions, with the
     uncorrected error beside it), on whole runs from their first step (start-up left out) and on
-    alternating windows of one run (each run's median over blocks, averaged; the mean of the
-    runs' 95% intervals); beside them, how far the calibration's own intervals can move the
-    correction (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded."""
+    alternating windows of one run and on sessions started and stopped in segments of one run
+    (each run's median over blocks, averaged; the mean of the runs' 95% intervals); beside them,
+    how far the calibration's own intervals can move the correction
+    (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded."""
     ok = results[results["status"] == "ok"]
     columns = [c for c in ("raw_error_pct", "corrected_error_pct", "steady_corrected_error_pct",
-                           "window_corrected_error_pct") if c in ok.columns]
+                           "window_corrected_error_pct", "session_corrected_error_pct") if c in ok.columns]
     stats = ok.groupby("workload")[columns].agg(["mean", "std"]).fillna(0)
-    window_ci = ok.groupby("workload")["window_corrected_ci95_pct"].mean().reindex(stats.index).fillna(0)
+    intervals = {c: ok.groupby("workload")[c.replace("_error_pct", "_ci95_pct")].mean().reindex(stats.index).fillna(0)
+                 for c in ("window_corrected_error_pct", "session_corrected_error_pct") if c in columns}
     fig, ax = plt.subplots(figsize=(max(6.5, 2.4 * len(stats) + 2), 4.6))
     x = np.arange(len(stats))
     labels = {"raw_error_pct": ("uncorrected, whole run", "#c44e52"),
               "corrected_error_pct": ("corrected, whole run", "#4c72b0"),
               "steady_corrected_error_pct": ("corrected, whole run from first step", "#64b5cd"),
-              "window_corrected_error_pct": ("corrected, alternating windows (median)", "#8172b2")}
+              "window_corrected_error_pct": ("corrected, alternating windows (median)", "#8172b2"),
+              "session_corrected_error_pct": ("corrected, sessions in one run (median)", "#ccb974")}
     width = 0.8 / len(columns)
     for i, column in enumerate(columns):
         label, color = labels[column]
-        err = window_ci if column == "window_corrected_error_pct" else stats[(column, "std")]
+        err = intervals[column] if column in intervals else stats[(column, "std")]
         ax.bar(x + (i - (len(columns) - 1) / 2) * width, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3,
                label=label, color=color)
     if "calibration_uncertainty_pct" in ok.columns:  # how far the costs' own intervals can move the correction
@@ -51,7 +54,7 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     ax.set_xlabel("workload")
     ax.set_title(f"Profiling overhead before and after correction ({meta.get('scale', '')} scale)\n"
                  "calibrated on runs half as long; whole runs: median over interleaved pairs, mean ± sd over "
-                 "repetitions; windows: 95% interval", fontsize=9)
+                 "repetitions; windows, sessions: 95% interval", fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     ax.grid(axis="y", alpha=0.3)
     note_skipped(fig, results, "workload")
