@@ -43,6 +43,22 @@ def test_segments_alternate_palindromically_and_leave_out_each_warm_up(tmp_path,
     assert all(r[4] == "" for r in rows if not r[0])
 
 
+def test_a_training_loop_inside_an_operation_can_end_in_a_profiled_segment(tmp_path):
+    """SB3's loop runs inside rlscope.operation("learn"); with every tick switching segments,
+    its 4 rollouts end in the second (profiled) segment, whose session must close before
+    "learn" does."""
+    pytest.importorskip("stable_baselines3")
+    import rlscope
+    from experiments.overhead.loops import sb3
+
+    segments = SessionSegments(tmp_path, segment_ms=1e-6, warmup_fraction=0, gpu=False)
+    sb3(20, "A2C", "cpu", segments)  # A2C: 5 steps per rollout
+    assert not rlscope.enabled()
+    rows = json.loads((tmp_path / SEGMENTS_FILE).read_text())["segments"]
+    assert [r[0] for r in rows] == [0]  # segment 0 timed; segment 1 (profiled) cut short and dropped
+    assert (tmp_path / "segment-00001").is_dir()
+
+
 def test_bad_segment_length_is_refused(tmp_path):
     with pytest.raises(ValueError, match="segment_ms"):
         SessionSegments(tmp_path, segment_ms=0)

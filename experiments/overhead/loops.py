@@ -18,8 +18,8 @@ With ``--sessions DIR`` the loop profiles itself in alternating segments, each i
 from __future__ import annotations
 
 import argparse
-from collections.abc import Callable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -30,18 +30,19 @@ WORKLOADS = tuple(STEP_DIVISOR)
 GPU_WORKLOADS = ("sb3_ppo_cuda", "jax_loop")
 
 
-Tick = Callable[[], None] | None  # SessionSegments.tick, called before each rlscope.step()
+if TYPE_CHECKING:
+    from experiments.overhead.sessions import SessionSegments
 
 
-def gym_numpy(steps: int, tick: Tick = None) -> None:
+def gym_numpy(steps: int, segments: SessionSegments | None = None) -> None:
     import gymnasium as gym
 
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     weights = np.random.default_rng(0).normal(size=(4, 2))
     for _ in range(steps):
-        if tick is not None:
-            tick()
+        if segments is not None:
+            segments.tick()
         rlscope.step()
         with rlscope.operation("inference"):
             action = int(np.argmax(obs @ weights))
@@ -51,7 +52,7 @@ def gym_numpy(steps: int, tick: Tick = None) -> None:
                 obs, _ = env.reset()
 
 
-def sb3(steps: int, algorithm: str, device: str, tick: Tick = None) -> None:
+def sb3(steps: int, algorithm: str, device: str, segments: SessionSegments | None = None) -> None:
     """One rlscope.step() per rollout (with the update after it). PPO collects 64 steps per
     rollout instead of 2048, so that short runs still have many iterations."""
     import stable_baselines3
@@ -60,8 +61,8 @@ def sb3(steps: int, algorithm: str, device: str, tick: Tick = None) -> None:
 
     class StepPerRollout(BaseCallback):
         def _on_rollout_start(self) -> None:
-            if tick is not None:
-                tick()
+            if segments is not None:
+                segments.tick()
             rlscope.step()
 
         def _on_step(self) -> bool:
@@ -73,9 +74,11 @@ def sb3(steps: int, algorithm: str, device: str, tick: Tick = None) -> None:
     model = cls("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0, **options)
     with rlscope.operation("learn"):
         model.learn(total_timesteps=steps, callback=StepPerRollout())
+        if segments is not None:  # its last session ends inside "learn", as it began
+            segments.close()
 
 
-def jax_loop(steps: int, tick: Tick = None) -> None:
+def jax_loop(steps: int, segments: SessionSegments | None = None) -> None:
     import jax
     import jax.numpy as jnp
 
@@ -91,8 +94,8 @@ def jax_loop(steps: int, tick: Tick = None) -> None:
     rng = np.random.default_rng(0)
     state = rng.uniform(-0.05, 0.05, size=(1, 4))
     for _ in range(steps):
-        if tick is not None:
-            tick()
+        if segments is not None:
+            segments.tick()
         rlscope.step()
         with rlscope.operation("inference"):
             action = np.asarray(policy(jnp.asarray(state, dtype=jnp.float32)))
@@ -102,18 +105,18 @@ def jax_loop(steps: int, tick: Tick = None) -> None:
                 state = rng.uniform(-0.05, 0.05, size=(1, 4))
 
 
-def run(workload: str, steps: int, tick: Tick = None) -> None:
+def run(workload: str, steps: int, segments: SessionSegments | None = None) -> None:
     if workload not in STEP_DIVISOR:
         raise SystemExit(f"unknown workload {workload!r}; one of {', '.join(WORKLOADS)}")
     steps = max(1, steps // STEP_DIVISOR[workload])
     if workload == "gym_numpy":
-        gym_numpy(steps, tick)
+        gym_numpy(steps, segments)
     elif workload in ("sb3_ppo", "sb3_a2c"):
-        sb3(steps, workload[4:].upper(), "cpu", tick)
+        sb3(steps, workload[4:].upper(), "cpu", segments)
     elif workload == "sb3_ppo_cuda":
-        sb3(steps, "PPO", "cuda", tick)
+        sb3(steps, "PPO", "cuda", segments)
     else:
-        jax_loop(steps, tick)
+        jax_loop(steps, segments)
 
 
 def main(argv: list[str] | None = None) -> None:
@@ -131,7 +134,7 @@ def main(argv: list[str] | None = None) -> None:
     if rlscope.enabled():
         parser.error("--sessions starts its own sessions; run it without `rlscope prof`")
     with SessionSegments(args.sessions, args.segment_ms) as segments:  # GPU collection as $RLSCOPE_GPU says
-        run(args.workload, args.steps, segments.tick)
+        run(args.workload, args.steps, segments)
 
 
 if __name__ == "__main__":

@@ -36,8 +36,10 @@ SEGMENTS_FILE = "segments.json"
 
 class SessionSegments:
     """Call ``tick()`` at the top of every iteration, before ``rlscope.step()``, and ``close()``
-    once the loop is done (also as a context manager). Sessions are started and stopped only
-    at iteration boundaries, where the loop has no rlscope operation open."""
+    once the loop is done (also as a context manager; closing twice is harmless). Sessions are
+    started and stopped only at iteration boundaries, where the loop has no rlscope operation
+    open; a loop that runs inside an operation closes before leaving it, since the last
+    segment's session may still be open and would see the operation end without its start."""
 
     PATTERN = (False, True, True, False)
 
@@ -55,6 +57,7 @@ class SessionSegments:
         self._trace = ""
         self._started = self._timed_from = 0
         self._iterations = 0
+        self._closed = False
 
     def __enter__(self) -> SessionSegments:
         return self
@@ -79,6 +82,9 @@ class SessionSegments:
 
     def close(self) -> None:
         """Stop an open session (its stretch, cut short, is dropped) and write the segments."""
+        if self._closed:
+            return
+        self._closed = True
         self._stop()
         self.directory.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.directory / SEGMENTS_FILE, {"pattern": [int(p) for p in self.PATTERN],
