@@ -29,7 +29,7 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     stats = ok.groupby("workload")[columns].agg(["mean", "std"]).fillna(0)
     intervals = {c: ok.groupby("workload")[c.replace("_error_pct", "_ci95_pct")].mean().reindex(stats.index).fillna(0)
                  for c in ("window_corrected_error_pct", "session_corrected_error_pct") if c in columns}
-    fig, ax = plt.subplots(figsize=(max(6.5, 2.4 * len(stats) + 2), 4.6))
+    fig, ax = plt.subplots(figsize=(max(9.0, 2.4 * len(stats) + 3), 5.0))
     x = np.arange(len(stats))
     labels = {"raw_error_pct": ("uncorrected, whole run", "#c44e52"),
               "corrected_error_pct": ("corrected, whole run", "#4c72b0"),
@@ -54,7 +54,8 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     ax.set_xlabel("workload")
     ax.set_title(f"Profiling overhead before and after correction ({meta.get('scale', '')} scale)\n"
                  "calibrated on runs half as long; whole runs: median over interleaved pairs, mean ± sd over "
-                 "repetitions; windows, sessions: 95% interval", fontsize=9)
+                 "repetitions;\nalternating windows and sessions in one run: median over blocks, 95% interval",
+                 fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     ax.grid(axis="y", alpha=0.3)
     note_skipped(fig, results, "workload")
