@@ -59,9 +59,14 @@ def test_a_training_loop_inside_an_operation_can_end_in_a_profiled_segment(tmp_p
     assert (tmp_path / "segment-00001").is_dir()
 
 
-def test_bad_segment_length_is_refused(tmp_path):
+def test_bad_segment_length_is_refused(tmp_path, cli_env):
     with pytest.raises(ValueError, match="segment_ms"):
         SessionSegments(tmp_path, segment_ms=0)
+    result = subprocess.run([sys.executable, "-m", "experiments.overhead.loops", "gym_numpy", "10", "--sessions",
+                             str(tmp_path / "s"), "--segment-ms", "-5"], env=cli_env, capture_output=True, text=True,
+                            timeout=120)
+    assert result.returncode == 2 and "--segment-ms -5: must be positive" in result.stderr
+    assert "Traceback" not in result.stderr and not (tmp_path / "s").exists()
 
 
 def test_missing_segments_file_is_one_clear_error(tmp_path):

@@ -133,6 +133,8 @@ def main(argv: list[str] | None = None) -> None:
 
     if rlscope.enabled():
         parser.error("--sessions starts its own sessions; run it without `rlscope prof`")
+    if args.segment_ms <= 0:
+        parser.error(f"--segment-ms {args.segment_ms:g}: must be positive, e.g. 100")
     with SessionSegments(args.sessions, args.segment_ms) as segments:  # GPU collection as $RLSCOPE_GPU says
         run(args.workload, args.steps, segments)
 
