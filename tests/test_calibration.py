@@ -227,7 +227,7 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
     script.write_text(
         "import math, rlscope\n"
         "import numpy as np\n"
-        "for i in range(20000):\n"
+        "for i in range(60000):\n"  # ~60 windows of 1 ms per run: blocks to spare on a fast machine
         "    rlscope.step()\n"
         "    with rlscope.operation('work'):\n"
         "        np.zeros(2); math.floor(i / 3)\n")
