@@ -22,9 +22,12 @@ it holds the session's start-up, a one-off that the whole-run checks measure ins
 from __future__ import annotations
 
 import contextlib
+import json
 import time
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 import rlscope
 from rlscope.harness.files import write_json_atomic
@@ -115,10 +118,6 @@ def read_segments(directory: Path) -> list[list[int]]:
     """The timed stretches of a ``--sessions`` run as ``WINDOW_COLUMNS`` rows (level 0:
     unprofiled, the top level: profiled), in order: a profiled stretch's duration leaves out its
     trace writes and its events are counted from its session's trace, as for alternating windows."""
-    import json
-
-    import numpy as np
-
     from rlscope.collect.calibrate import window_rows
     from rlscope.collect.windows import LEVELS
     from rlscope.errors import RlscopeError
