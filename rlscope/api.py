@@ -34,6 +34,7 @@ ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
 ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
 ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time (calibration's baseline)
+ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1" with ENV_WALL_ONLY: exit at the first rlscope.step()
 ENV_WINDOWS = "RLSCOPE_WINDOWS"  # calibration: "MS:LEVEL,..." switches layers on and off (collect/windows.py)
 ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 
@@ -198,7 +199,8 @@ def _start_from_environment() -> None:
     if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
         from rlscope.collect.session import WallClock
 
-        clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS))
+        clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS),
+                          until_first_step=os.environ.get(ENV_UNTIL_FIRST_STEP) == "1")
         _hotpath.bind_step(callback=clock.first_step)
         atexit.register(clock.stop)
         return

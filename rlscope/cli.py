@@ -140,6 +140,10 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
+    if calibration.startup_ns is not None:
+        ci = calibration.startup_ci95_ns
+        click.echo(f"{'start-up':>14}: {calibration.startup_ns / 1e6:10.1f} ms before the first rlscope.step(), "
+                   f"beyond its events" + (f" ± {ci / 1e6:.1f} (95%)" if ci is not None else ""))
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if calibration.uncertainty_pct is not None:

@@ -200,6 +200,62 @@ def test_correction_reports_how_far_the_intervals_move_it():
     assert out["uncertainty_ns"].sum() == 3_240
 
 
+def test_start_up_cost_is_what_a_profiled_start_up_adds_beyond_its_events():
+    from rlscope.analyze.calibration import startup_cost
+
+    costs = {"annotation": 100.0, "python_call": 1000.0}
+    # Profiled start-ups: 50 ms of uninstrumented work, 4 ms (+-1) that only the start-up pays,
+    # 300 intercepted calls and 10 annotations, 2 ms of trace writes.
+    pairs = [({"raw_ns": base + extra + 300 * 1000 + 10 * 100 + 2_000_000, "writes_ns": 2_000_000,
+               "events": {"python_call": 300, "annotation": 10, "cuda_api": 0}}, base)
+             for base, extra in ((50e6, 3e6), (55e6, 4e6), (48e6, 5e6))]
+    mean, half = startup_cost(pairs, costs)
+    assert mean == pytest.approx(4e6) and half == pytest.approx(4.303 * 1e6 / 3 ** 0.5)
+    assert startup_cost(pairs[:1], costs) == (pytest.approx(3e6), None)  # one pair: no interval
+    assert startup_cost([], costs) == (None, None)
+    # a negative event cost is not added, as in correction
+    assert startup_cost(pairs, {**costs, "python_call": -1.0})[0] == pytest.approx(4e6 + 300 * 1000)
+
+
+def test_start_up_cost_comes_off_the_iterating_process_outside_operations():
+    breakdown, transitions = _tables()
+    other = dict(process="p[1]", thread="main", phase="default", operation="(unannotated)", gpu=False)
+    breakdown = pd.concat([breakdown, pd.DataFrame([
+        {**other, "cpu": "Python", "resources": "Python", "time_ns": 3_000},
+        {**other, "cpu": "Backend", "resources": "Backend", "time_ns": 9_000},
+        {**other, "process": "q[2]", "cpu": "Python", "resources": "Python", "time_ns": 9_000},
+    ])], ignore_index=True)
+    calibration = _calibration(annotation=0.0)
+    calibration.startup_ns, calibration.startup_ci95_ns = 1_000.0, 300.0
+    out = correct_breakdown(breakdown, transitions, calibration, speed=2.0, startup_process="p[1]")
+    unannotated = out[out["operation"] == "(unannotated)"].set_index(["process", "cpu"])
+    assert unannotated.loc[("p[1]", "Python"), "corrected_ns"] == 1_000  # 3000 - 2 x 1000 (scaled by speed)
+    assert unannotated.loc[("p[1]", "Python"), "uncertainty_ns"] == 600
+    assert unannotated.loc[("p[1]", "Backend"), "corrected_ns"] == 9_000  # imports' Python time only
+    assert unannotated.loc[("q[2]", "Python"), "corrected_ns"] == 9_000  # not the process that iterates
+    calibration.startup_ns = 1e9
+    clipped = correct_breakdown(breakdown, transitions, calibration, startup_process="p[1]")
+    assert (clipped["corrected_ns"] >= 0).all()
+    assert correct_breakdown(breakdown, transitions, calibration)["corrected_ns"].equals(
+        correct_breakdown(breakdown, transitions, _calibration(annotation=0.0))["corrected_ns"])
+
+
+def test_an_uninstrumented_start_up_run_ends_at_its_first_step(tmp_path):
+    from rlscope.collect.launch import run_profiled
+    from rlscope.trace.reader import read_trace
+
+    script = "import time, rlscope\ntime.sleep(0.05)\nrlscope.step()\nprint('past the first step')\n"
+    log = tmp_path / "log.txt"
+    with log.open("w") as out:
+        _, code = run_profiled([sys.executable, "-c", script], tmp_path / "trace", wall_only=True,
+                               until_first_step=True, stdout=out)
+    assert code == 0 and "past the first step" not in log.read_text()
+    (process,) = read_trace(tmp_path / "trace")
+    assert process.meta["complete"] and process.meta["first_step_ns"] >= process.meta["start_ns"] + 50_000_000
+    with pytest.raises(ValueError, match="wall_only"):
+        run_profiled([sys.executable, "-c", script], tmp_path / "other", until_first_step=True)
+
+
 def test_negative_costs_are_not_added():
     breakdown, transitions = _tables()
     out = correct_breakdown(breakdown, transitions, _calibration(annotation=-500))
@@ -237,9 +293,15 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
                          text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
-    assert {r["config"] for r in cal["runs"]} == {"windows"} and cal["blocks"] >= 4
+    assert {r["config"] for r in cal["runs"]} == {"windows", "startup"} and cal["blocks"] >= 4
     assert set(cal["costs_ns"]) == {"annotation", "python_call"} and cal["repetitions"] == 2
     assert "ns per event" in run.stdout and "blocks of alternating windows" in run.stderr
+    # one uninstrumented start-up per repetition, each ended at its first step, against the windows runs' own
+    startups = [r for r in cal["runs"] if r["config"] == "startup"]
+    assert len(startups) == 2 and all(r["startup_ns"] > 0 for r in startups)
+    assert cal["startup_ns"] is not None and cal["startup_ci95_ns"] is not None and "start-up" in run.stdout
+    assert [p.name for p in sorted((cal_dir / "runs").iterdir())] == ["0-startup", "0-windows", "1-startup",
+                                                                       "1-windows"]
 
     trace = tmp_path / "trace"
     prof = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace), "--no-analyze",
@@ -272,7 +334,8 @@ def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
                           str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
-    assert cal["repetitions"] == 4 and len(cal["runs"]) == 4  # 1 asked for, 3 added, then the cap
+    assert cal["repetitions"] == 4  # 1 asked for, 3 added, then the cap
+    assert [r["config"] for r in cal["runs"]].count("windows") == 4
     assert "one more run" in run.stderr and "above --precision 1e-06%; stopping there" in run.stderr
     assert cal["uncertainty_pct"] > 0 and "move a corrected iteration by at most" in run.stderr
 

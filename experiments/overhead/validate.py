@@ -80,33 +80,31 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
 
 
 def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected_ns: float,
-                  costs_ns: dict[str, float], speed: float) -> dict[str, float]:
+                  costs_ns: dict[str, float], speed: float, startup_ns: float = 0.0) -> dict[str, float]:
     """The whole-run check from the first rlscope.step() on: the interpreter's start-up (imports,
     CUDA initialisation) varies by seconds between identical runs and is left out. The profiled
     run's corrected time from its first step is its time from there less what the correction
-    removed from there on (all it removed, less what the main thread's events and trace writes
-    before the first step cost). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import WINDOW_COLUMNS, applied_costs, event_times, write_time_in
+    removed from there on (all it removed, less what it removed from the start-up: the main
+    thread's events and trace writes there, and ``startup_ns``, the calibration's start-up
+    cost as applied). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
+    from rlscope.analyze.calibration import applied_costs, profiled_startup, startup_removed
     from rlscope.collect.calibrate import first_step_ns
     from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
         return {}
     process = profiled[0]
-    firsts = [first_step_ns(p) for p in (*base, process)]
-    if None in firsts:
+    firsts = [first_step_ns(p) for p in base]
+    startup = profiled_startup(process)
+    if None in firsts or startup is None:
         return {}
     bases = [float(b.meta["end_ns"] - f) for b, f in zip(base, firsts)]
-    first, end = firsts[-1], int(process.meta["end_ns"])
-    events = process.events[process.events["tid"] == process.meta["main_tid"]]
-    costs = applied_costs(costs_ns, speed)
-    before = sum(costs[e] * int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(events)))
-    before += float(write_time_in(np.array([[0, process.meta["start_ns"], first, 0]]), events,
-                                  process.meta["main_tid"])[0])
-    steady_raw = float(end - first)
+    before = startup_removed(startup, applied_costs(costs_ns, speed)) + startup_ns
+    steady_raw = float(process.meta["end_ns"] - process.meta["start_ns"] - startup["raw_ns"])
     steady_corrected = steady_raw - (raw_ns - corrected_ns - before)
     uninstrumented = sum(bases) / 2
-    iterations = int((events["kind"] == int(Kind.STEP)).sum())
+    events = process.events
+    iterations = int(((events["kind"] == int(Kind.STEP)) & (events["tid"] == process.meta["main_tid"])).sum())
     return {"steady_uninstrumented_s": uninstrumented / 1e9,
             "steady_iterations": iterations,
             "steady_raw_error_pct": 100 * (steady_raw - uninstrumented) / uninstrumented,
@@ -147,15 +145,19 @@ def session_errors(directory: Path, calibration: Any) -> dict[str, float]:
 
 
 def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], tables: dict[str, Any],
-                   costs_ns: dict[str, float]) -> dict[str, float]:
+                   calibration: Any) -> dict[str, float]:
     """The whole-run check of one profiled run against the uninstrumented runs made just before
     and after it (``base``, ``base_again``: their traces; ``tables``: the profiled run's
-    corrected analysis), from the start and from the first step (``steady_errors``)."""
+    analysis corrected with ``calibration``), from the start and from the first step
+    (``steady_errors``)."""
+    from rlscope.analyze.calibration import applied_startup_ns
+
     breakdown = tables["breakdown"]
     raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
     speed = float(breakdown["speed_vs_calibration"].iloc[0]) if len(breakdown) else float("nan")
-    steady = steady_errors([*base, *base_again], profiled, raw, corrected, costs_ns,
-                           1.0 if np.isnan(speed) else speed)
+    speed = 1.0 if np.isnan(speed) else speed
+    steady = steady_errors([*base, *base_again], profiled, raw, corrected, calibration.costs_ns, speed,
+                           applied_startup_ns(calibration, speed)[0])
     base_ns, base_again_ns = (sum(p.meta["end_ns"] - p.meta["start_ns"] for p in r) for r in (base, base_again))
     mean = (base_ns + base_again_ns) / 2
     return {"uninstrumented_s": mean / 1e9, "raw_s": raw / 1e9, "corrected_s": corrected / 1e9,
@@ -219,8 +221,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         for i in range(validation_pairs):
             tables = analyze_trace(run(f"profiled{i}", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
             base_again = read_trace(run(f"base{i + 1}", wall_only=True))
-            pairs.append(whole_run_pair(base, base_again, read_trace(root / f"profiled{i}"), tables,
-                                        calibration.costs_ns))
+            pairs.append(whole_run_pair(base, base_again, read_trace(root / f"profiled{i}"), tables, calibration))
             base = base_again
         whole = median_of_pairs(pairs)
         windows = measure_windows(read_trace(run("windows", gpu=gpu,
@@ -237,6 +238,9 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
+        "startup_cost_s": calibration.startup_ns / 1e9 if calibration.startup_ns is not None else float("nan"),
+        "startup_cost_ci95_s": (calibration.startup_ci95_ns / 1e9 if calibration.startup_ci95_ns is not None
+                                else float("nan")),
         "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
                                         else float("nan")),
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},

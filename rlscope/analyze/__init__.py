@@ -11,6 +11,7 @@ from rlscope.analyze.calibration import (
     Calibration,
     check_speed,
     correct_breakdown,
+    iterating_process,
     speed_factor,
     trace_iteration,
 )
@@ -44,7 +45,9 @@ def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str,
             cal.check_fits(p.meta)
         speed = speed_factor(cal, trace_iteration(processes))
         check_speed(speed)
-        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed or 1.0)
+        iterating = iterating_process(processes)
+        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed or 1.0,
+                                             startup_process=iterating.process if iterating is not None else None)
         out["breakdown"]["speed_vs_calibration"] = speed if speed is not None else float("nan")
     return out
 

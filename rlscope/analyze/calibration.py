@@ -23,6 +23,14 @@ the same counts it was derived from:
   Python time of the operation they happen in;
 - recorded CUDA API calls and GPU activity records cost time inside CUDA API calls.
 
+A process's start-up (interpreter start to its first ``rlscope.step()``: imports, CUDA
+initialisation) is slowed by more than its counted events: on 3.11 the profile function fires
+on every Python call of the imports, of which almost none is a counted transition. Calibration
+measures that directly (``startup_cost``): each alternating run's start-up, less what its
+events and writes there are corrected by, against an uninstrumented start-up of the same
+repetition, interleaved; correction removes the mean from the start-up of the process that
+iterates.
+
 Corrected time never goes below zero; GPU time is left as measured. rlscope's writes of its
 buffered events are not estimated: the trace times each one (``Kind.PROFILER_WRITE``), the
 breakdown shows them as the ``Profiler`` layer, correction removes them whole, and calibration
@@ -43,13 +51,15 @@ import numpy as np
 import pandas as pd
 
 import rlscope
+from rlscope.analyze.overlap import UNANNOTATED, outermost
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "median_ci95", "event_times",
            "write_time_in", "window_iteration", "correction_uncertainty_pct", "trace_iteration", "speed_factor",
-           "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE", "PROFILER_LAYER"]
+           "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE", "PROFILER_LAYER",
+           "profiled_startup", "startup_removed", "startup_cost", "applied_startup_ns", "iterating_process"]
 
 CALIBRATION_FILE = "calibration.json"
 PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
@@ -111,6 +121,10 @@ class Calibration:
     # How far the costs' 95% intervals can move a corrected profiled iteration, in % of its time
     # (``correction_uncertainty_pct``); None where some cost has no interval.
     uncertainty_pct: float | None = None
+    # What profiling adds to the start-up (interpreter start to the first rlscope.step()) beyond
+    # the costs of its counted events, with its 95% half-width (``startup_cost``); None: not measured.
+    startup_ns: float | None = None
+    startup_ci95_ns: float | None = None
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -298,8 +312,6 @@ def event_times(events: pd.DataFrame) -> list[np.ndarray]:
     transitions table counts them: operations and native calls at their start, outermost CUDA
     API calls per thread at theirs, kernels at the start of the API call that launched them
     (what recording a kernel costs is paid at its launch)."""
-    from rlscope.analyze.overlap import outermost
-
     kind = events["kind"].to_numpy()
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
@@ -375,15 +387,13 @@ def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float,
     ``rlscope.step()`` iterations, grouped into consecutive spans of at least ``span_ns`` as
     calibration's windows are, less trace writes; the median over spans of the time per
     iteration, and the CPU-side events per iteration. None without enough iterations."""
-    best, steps = None, None
-    for process in processes:
-        events = process.events
-        own = events[(events["kind"] == int(Kind.STEP)) & (events["tid"] == process.meta.get("main_tid"))]
-        if steps is None or len(own) > len(steps):
-            best, steps = process, own.sort_values("start_ns")
-    if best is None or steps is None or len(steps) < 2:
+    best = iterating_process(processes)
+    if best is None:
         return None
     main = best.meta.get("main_tid")
+    steps = best.events[(best.events["kind"] == int(Kind.STEP)) & (best.events["tid"] == main)].sort_values("start_ns")
+    if len(steps) < 2:
+        return None
     start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
     cuts = [0]
     for i in range(1, len(start)):
@@ -423,8 +433,61 @@ def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, f
             for event, (_, layer) in EVENTS.items()}
 
 
+def profiled_startup(process: Any) -> dict[str, Any] | None:
+    """A profiled process's start-up, interpreter start to its first ``rlscope.step()``:
+    ``{"raw_ns", "writes_ns", "events": {event type: count}}`` of its main thread, or None
+    where it made no step."""
+    events = process.events
+    steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
+    if not len(steps):
+        return None
+    first, start, main = int(steps.min()), int(process.meta["start_ns"]), process.meta["main_tid"]
+    own = events[events["tid"] == main]
+    span = np.array([[0, start, first, 0]], dtype=np.int64)
+    return {"raw_ns": first - start, "writes_ns": int(write_time_in(span, own, main)[0]),
+            "events": {e: int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(own))}}
+
+
+def startup_removed(startup: dict[str, Any], costs_ns: dict[str, float]) -> float:
+    """What correction removes from a ``profiled_startup`` by its events and writes alone, at
+    ``costs_ns`` as ``applied_costs`` gives them."""
+    return startup["writes_ns"] + sum(costs_ns.get(e, 0.0) * n for e, n in startup["events"].items())
+
+
+def startup_cost(pairs: list[tuple[dict[str, Any], float]], costs_ns: dict[str, float]
+                 ) -> tuple[float | None, float | None]:
+    """What profiling adds to a start-up beyond its counted events: per pair of a
+    ``profiled_startup`` and an uninstrumented start-up (ns), the profiled one less
+    ``startup_removed``, less the uninstrumented one; the mean and its 95% half-width (None for
+    one pair), or (None, None) without pairs.
+
+    Why pairs: a start-up happens once per process, so it cannot be alternated within one;
+    the two runs of a repetition run one after the other and share the machine's state."""
+    costs = applied_costs(costs_ns)
+    residuals = [p["raw_ns"] - startup_removed(p, costs) - base for p, base in pairs]
+    return mean_ci95(residuals) if residuals else (None, None)
+
+
+def applied_startup_ns(calibration: Calibration, speed: float = 1.0) -> tuple[float, float]:
+    """The start-up cost the correction removes and its half-width: none below zero, scaled by
+    the trace's speed as the other interpreter-side costs are."""
+    return max(calibration.startup_ns or 0.0, 0.0) * speed, (calibration.startup_ci95_ns or 0.0) * speed
+
+
+def iterating_process(processes: list[Any]) -> Any:
+    """The process of a trace that made the most ``rlscope.step()`` iterations on its main
+    thread (the training loop's), or None where none did."""
+    best, most = None, 0
+    for process in processes:
+        events = process.events
+        n = int(((events["kind"] == int(Kind.STEP)) & (events["tid"] == process.meta.get("main_tid"))).sum())
+        if n > most:
+            best, most = process, n
+    return best
+
+
 def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration,
-                      speed: float = 1.0) -> pd.DataFrame:
+                      speed: float = 1.0, startup_process: str | None = None) -> pd.DataFrame:
     """The breakdown with a ``corrected_ns`` column: each operation's CPU time less the cost of
     the events recorded in it, taken from the layer the events inflate (CPU-only rows first,
     then rows that overlap the GPU), never below zero; rlscope's own trace writes (the
@@ -433,7 +496,10 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     correction (count x half-width, on the row the removal started from).
 
     ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
-    scales the costs of the CPU-side events (annotations, intercepted calls)."""
+    scales the costs of the CPU-side events (annotations, intercepted calls).
+    ``startup_process``: the process whose start-up the calibration's start-up cost is removed
+    from (``applied_startup_ns``): from its main thread's Python time outside operations, where
+    imports run, largest row first."""
     out = breakdown.copy()
     out["corrected_ns"] = out["time_ns"].astype(np.float64)
     out.loc[out["cpu"] == PROFILER_LAYER, "corrected_ns"] = 0.0  # measured, not estimated
@@ -459,6 +525,19 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
                 remove -= taken
                 if remove <= 0:
                     break
+    remove, half = applied_startup_ns(calibration, speed)
+    if startup_process is not None and remove > 0:
+        match = ((out["process"] == startup_process) & (out["thread"] == "main") & (out["operation"] == UNANNOTATED)
+                 & (out["cpu"] == "Python"))
+        ordered = out.loc[match, "corrected_ns"].sort_values(ascending=False).index
+        if len(ordered):
+            out.at[ordered[0], "uncertainty_ns"] += half
+        for idx in ordered:
+            taken = min(out.at[idx, "corrected_ns"], remove)
+            out.at[idx, "corrected_ns"] -= taken
+            remove -= taken
+            if remove <= 0:
+                break
     out["overhead_ns"] = out["time_ns"] - out["corrected_ns"]
     out["corrected_ns"] = out["corrected_ns"].round().astype(np.int64)
     out["uncertainty_ns"] = out["uncertainty_ns"].round().astype(np.int64)

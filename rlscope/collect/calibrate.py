@@ -3,8 +3,11 @@ each recorded event costs (``rlscope.analyze.calibration``).
 
 Per repetition: one run that alternates the layers in windows of a few milliseconds
 (``rlscope.collect.windows``): annotations and transitions, and where a GPU is, CUDA API and
-GPU activity recording. A workload that never calls ``rlscope.step()`` has no iterations to
-alternate on: it is calibrated with whole runs of every configuration instead.
+GPU activity recording; and one uninstrumented run that ends at its first ``rlscope.step()``,
+whose start-up the alternating run's (profiled throughout, up to its first step) is set against
+(``startup_cost``); the two alternate in order between repetitions. A workload that never calls
+``rlscope.step()`` has no iterations to alternate on: it is calibrated with whole runs of every
+configuration instead.
 
 Layout: ``OUTPUT/calibration.json`` and ``OUTPUT/runs/<repetition>-<config>/`` (each a trace
 directory with ``log.txt``). Configurations are interleaved within each repetition so that slow
@@ -32,7 +35,10 @@ from rlscope.analyze.calibration import (
     derive_window_costs,
     event_counts,
     event_times,
+    iterating_process,
     machine_fingerprint,
+    profiled_startup,
+    startup_cost,
     window_blocks,
     window_iteration,
     write_time_in,
@@ -45,6 +51,7 @@ __all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WIND
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
+STARTUP = "startup"  # an uninstrumented run to its first rlscope.step(): the baseline of the start-up cost
 MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
 
 
@@ -125,13 +132,13 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     ladder = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
     gpu_layers = CONFIGS["gpu_activities"][1] if gpu else False
     alternate = format_windows(window_ms, list(LEVELS if gpu else LEVELS[:3]))
-    plan = [WINDOWS]
+    plan = [WINDOWS, STARTUP]
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
     done = 0
     rep = 0
     while rep < repetitions or _wants_more(runs, plan, precision_pct, rep, repetitions, progress):
-        queue = list(plan)
+        queue = list(plan if rep % 2 == 0 else plan[::-1])  # W S, S W, ...: drift touches both alike
         while queue:
             config = queue.pop(0)
             run_dir = output / "runs" / f"{rep}-{config}"
@@ -145,6 +152,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                     if config == WINDOWS:
                         _, code = run_profiled(command, run_dir, gpu=gpu_layers, windows=alternate, stdout=out,
                                                timeout_s=timeout_s)
+                    elif config == STARTUP:
+                        _, code = run_profiled(command, run_dir, wall_only=True, until_first_step=True, stdout=out,
+                                               timeout_s=timeout_s)
                     else:
                         transitions, layers, _ = CONFIGS[config]
                         _, code = run_profiled(command, run_dir, transitions=bool(transitions),
@@ -157,13 +167,22 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 failures.append(f"{label}: {why}; log: {log}")
                 progress(f"  failed ({why}); log: {log}")
                 continue
+            if config == STARTUP:
+                stepped = [p for p in read_trace(run_dir) if p.meta.get("first_step_ns") is not None]
+                if stepped:
+                    runs.append({"config": config, "repetition": rep,
+                                 "startup_ns": stepped[0].meta["first_step_ns"] - stepped[0].meta["start_ns"]})
+                continue
             if config != WINDOWS:
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
-            windows = measure_windows(read_trace(run_dir))
+            processes = read_trace(run_dir)
+            windows = measure_windows(processes)
             if any(window_blocks(w) for w in windows):
-                runs.append({"config": config, "repetition": rep, "windows": windows})
-            elif plan[0] == WINDOWS:  # nothing to alternate on: whole runs from now on
+                iterating = iterating_process(processes)
+                runs.append({"config": config, "repetition": rep, "windows": windows,
+                             "startup": profiled_startup(iterating) if iterating is not None else None})
+            elif WINDOWS in plan:  # nothing to alternate on: whole runs from now on
                 progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
                 plan = ladder
@@ -179,7 +198,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
 def _wants_more(runs: list[dict[str, Any]], plan: list[str], precision_pct: float, rep: int, repetitions: int,
                 progress: Callable[[str], None]) -> bool:
     """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap)."""
-    if not precision_pct or plan != [WINDOWS]:
+    if not precision_pct or WINDOWS not in plan:
         return False
     uncertainty = _derive(runs).uncertainty_pct
     if uncertainty is not None and uncertainty <= precision_pct:
@@ -195,7 +214,7 @@ def _wants_more(runs: list[dict[str, Any]], plan: list[str], precision_pct: floa
 
 def _derive(runs: list[dict[str, Any]]) -> Calibration:
     alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
-    whole = [r for r in runs if r["config"] != WINDOWS]
+    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP)]
     costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
     reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
     if whole:
@@ -203,6 +222,11 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
         costs, ci = {**costs, **more}, {**ci, **more_ci}
         reps = min(reps, reps_whole) if alternating else reps_whole
     iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
+    bases = {r["repetition"]: r["startup_ns"] for r in runs if r["config"] == STARTUP}
+    pairs = [(r["startup"], bases[r["repetition"]]) for r in runs
+             if r["config"] == WINDOWS and r.get("startup") and r["repetition"] in bases]
+    startup, startup_ci = startup_cost(pairs, costs)
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
                        blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
-                       uncertainty_pct=correction_uncertainty_pct(alternating, ci) if alternating else None)
+                       uncertainty_pct=correction_uncertainty_pct(alternating, ci) if alternating else None,
+                       startup_ns=startup, startup_ci95_ns=startup_ci)

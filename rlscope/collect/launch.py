@@ -14,7 +14,16 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlscope.api import ENV_DIRECTORY, ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_WALL_ONLY, ENV_WINDOWS
+from rlscope.api import (
+    ENV_DIRECTORY,
+    ENV_GPU,
+    ENV_PROCESS,
+    ENV_TARGETS,
+    ENV_TRANSITIONS,
+    ENV_UNTIL_FIRST_STEP,
+    ENV_WALL_ONLY,
+    ENV_WINDOWS,
+)
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 
@@ -31,12 +40,13 @@ def default_output(command: list[str], kind: str) -> Path:
 
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
                  gpu: bool | str = True, process: str | None = None, targets: list[str] | None = None,
-                 wall_only: bool = False, windows: str | None = None, stdout: Any = None,
-                 timeout_s: float | None = None) -> tuple[Path, int]:
+                 wall_only: bool = False, until_first_step: bool = False, windows: str | None = None,
+                 stdout: Any = None, timeout_s: float | None = None) -> tuple[Path, int]:
     """Run ``command`` under profiling; return the trace directory and the command's exit code.
 
     ``gpu``: True, False, or the GPU layers to trace ("runtime,kernels"); ``wall_only``: record
     nothing but each process's wall time (the uninstrumented baseline of calibration);
+    ``until_first_step`` (with ``wall_only``): end the command at its first ``rlscope.step()``;
     ``windows``: switch layers on and off as the command runs (``rlscope.collect.windows``);
     ``stdout``: where the command's output goes (both streams), default the terminal;
     ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
@@ -54,8 +64,12 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     env[ENV_TRANSITIONS] = "1" if transitions else "0"
     if gpu is not True:
         env[ENV_GPU] = "0" if gpu is False else str(gpu)
+    if until_first_step and not wall_only:
+        raise ValueError("until_first_step is for uninstrumented (wall_only) runs")
     if wall_only:
         env[ENV_WALL_ONLY] = "1"
+    if until_first_step:
+        env[ENV_UNTIL_FIRST_STEP] = "1"
     if windows:
         env[ENV_WINDOWS] = windows
     if process:

@@ -45,18 +45,27 @@ class WallClock:
     stays off, so the process runs as it would without rlscope.
     """
 
-    def __init__(self, directory: Path, process: str | None = None) -> None:
+    def __init__(self, directory: Path, process: str | None = None, until_first_step: bool = False) -> None:
         self.start_ns = time.perf_counter_ns()
         self.first_step_ns: int | None = None
+        self.until_first_step = until_first_step
         self.dir = directory / f"{process or _process_name()}.{os.getpid()}"
         self.process = process or _process_name()
 
     def first_step(self) -> None:
         """The first rlscope.step(): remembered, then step() is a no-op again. Validation compares
         runs from here on too, without the interpreter's start-up (imports, CUDA initialisation),
-        whose time varies by seconds between identical runs."""
+        whose time varies by seconds between identical runs.
+
+        ``until_first_step``: the process ends here (its meta written, exit status 0), as
+        calibration measures the uninstrumented start-up with no more of the run than that."""
         self.first_step_ns = time.perf_counter_ns()
         _hotpath.bind_step()
+        if self.until_first_step:
+            self.stop()
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os._exit(0)
 
     def stop(self) -> None:
         end = time.perf_counter_ns()
