@@ -43,6 +43,28 @@ def test_segments_alternate_palindromically_and_leave_out_each_warm_up(tmp_path,
     assert all(r[4] == "" for r in rows if not r[0])
 
 
+def test_a_tick_every_few_iterations_counts_them_all(tmp_path, monkeypatch):
+    clock = iter(range(0, 10**12, 1_000_000))  # every tick 1 ms later
+    monkeypatch.setattr("experiments.overhead.sessions.time.perf_counter_ns", lambda: next(clock))
+    monkeypatch.setattr("experiments.overhead.sessions.rlscope.profile", lambda directory, gpu=None: _NoSession())
+    with SessionSegments(tmp_path, segment_ms=5, warmup_fraction=0.4, every=4) as segments:
+        for i in range(280):
+            if i % segments.every == 0:
+                segments.tick()
+    rows = json.loads((tmp_path / SEGMENTS_FILE).read_text())["segments"]
+    assert len(rows) >= 8 and {r[3] for r in rows} == {5 * 4}  # 5 ticks of 4 iterations per timed stretch
+    with pytest.raises(ValueError, match="every 0"):
+        SessionSegments(tmp_path, every=0)
+
+
+class _NoSession:
+    def __enter__(self):
+        return self
+
+    def __exit__(self, *exc):
+        return False
+
+
 def test_a_training_loop_inside_an_operation_can_end_in_a_profiled_segment(tmp_path):
     """SB3's loop runs inside rlscope.operation("learn"); with every tick switching segments,
     its 4 rollouts end in the second (profiled) segment, whose session must close before

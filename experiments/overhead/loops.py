@@ -28,6 +28,8 @@ import rlscope
 STEP_DIVISOR = {"gym_numpy": 1, "sb3_ppo": 25, "sb3_a2c": 25, "sb3_ppo_cuda": 25, "jax_loop": 10}
 WORKLOADS = tuple(STEP_DIVISOR)
 GPU_WORKLOADS = ("sb3_ppo_cuda", "jax_loop")
+# --sessions: iterations per SessionSegments.tick() (~0.3-0.6 ms apart; SB3 ticks once per rollout)
+TICK_EVERY = {"gym_numpy": 32, "jax_loop": 8}
 
 
 if TYPE_CHECKING:
@@ -40,8 +42,8 @@ def gym_numpy(steps: int, segments: SessionSegments | None = None) -> None:
     env = gym.make("CartPole-v1")
     obs, _ = env.reset(seed=0)
     weights = np.random.default_rng(0).normal(size=(4, 2))
-    for _ in range(steps):
-        if segments is not None:
+    for i in range(steps):
+        if segments is not None and i % segments.every == 0:
             segments.tick()
         rlscope.step()
         with rlscope.operation("inference"):
@@ -93,8 +95,8 @@ def jax_loop(steps: int, segments: SessionSegments | None = None) -> None:
 
     rng = np.random.default_rng(0)
     state = rng.uniform(-0.05, 0.05, size=(1, 4))
-    for _ in range(steps):
-        if segments is not None:
+    for i in range(steps):
+        if segments is not None and i % segments.every == 0:
             segments.tick()
         rlscope.step()
         with rlscope.operation("inference"):
@@ -135,7 +137,8 @@ def main(argv: list[str] | None = None) -> None:
         parser.error("--sessions starts its own sessions; run it without `rlscope prof`")
     if args.segment_ms <= 0:
         parser.error(f"--segment-ms {args.segment_ms:g}: must be positive, e.g. 100")
-    with SessionSegments(args.sessions, args.segment_ms) as segments:  # GPU collection as $RLSCOPE_GPU says
+    every = TICK_EVERY.get(args.workload, 1)
+    with SessionSegments(args.sessions, args.segment_ms, every=every) as segments:  # GPU as $RLSCOPE_GPU says
         run(args.workload, args.steps, segments)
 
 
