@@ -516,29 +516,26 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
         for key, n in per_op.items():
             remove = n * cost
             match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
-            ordered = sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"]))
-            if ordered:
-                out.at[ordered[0], "uncertainty_ns"] += n * half
-            for idx in ordered:
-                taken = min(out.at[idx, "corrected_ns"], remove)
-                out.at[idx, "corrected_ns"] -= taken
-                remove -= taken
-                if remove <= 0:
-                    break
+            _take(out, sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])), n * cost, n * half)
     remove, half = applied_startup_ns(calibration, speed)
     if startup_process is not None and remove > 0:
         match = ((out["process"] == startup_process) & (out["thread"] == "main") & (out["operation"] == UNANNOTATED)
                  & (out["cpu"] == "Python"))
-        ordered = out.loc[match, "corrected_ns"].sort_values(ascending=False).index
-        if len(ordered):
-            out.at[ordered[0], "uncertainty_ns"] += half
-        for idx in ordered:
-            taken = min(out.at[idx, "corrected_ns"], remove)
-            out.at[idx, "corrected_ns"] -= taken
-            remove -= taken
-            if remove <= 0:
-                break
+        _take(out, list(out.loc[match, "corrected_ns"].sort_values(ascending=False).index), remove, half)
     out["overhead_ns"] = out["time_ns"] - out["corrected_ns"]
     out["corrected_ns"] = out["corrected_ns"].round().astype(np.int64)
     out["uncertainty_ns"] = out["uncertainty_ns"].round().astype(np.int64)
     return out
+
+
+def _take(out: pd.DataFrame, rows: list[Any], remove: float, half: float) -> None:
+    """Remove ``remove`` ns from ``rows`` of ``out``'s ``corrected_ns`` in order, none below zero;
+    the first row carries the removal's uncertainty ``half``."""
+    if rows:
+        out.at[rows[0], "uncertainty_ns"] += half
+    for idx in rows:
+        taken = min(out.at[idx, "corrected_ns"], remove)
+        out.at[idx, "corrected_ns"] -= taken
+        remove -= taken
+        if remove <= 0:
+            break
