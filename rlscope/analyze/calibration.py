@@ -514,7 +514,6 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
         half = (calibration.ci95_ns.get(event) or 0.0) * (speed if layer == "Python" else 1.0)
         per_op = counts[counts.index.get_level_values("transition").isin(rows)].groupby(level=keys).sum()
         for key, n in per_op.items():
-            remove = n * cost
             match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
             _take(out, sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])), n * cost, n * half)
     remove, half = applied_startup_ns(calibration, speed)
