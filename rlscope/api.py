@@ -34,7 +34,7 @@ ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
 ENV_PROCESS = "RLSCOPE_PROCESS"
 ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
 ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time (calibration's baseline)
-ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1" with ENV_WALL_ONLY: exit at the first rlscope.step()
+ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1": calibration's start-up run, exits at the first step
 ENV_WINDOWS = "RLSCOPE_WINDOWS"  # calibration: "MS:LEVEL,..." switches layers on and off (collect/windows.py)
 ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 

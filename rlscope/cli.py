@@ -124,9 +124,12 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
 @click.option("--precision", "precision_pct", type=click.FloatRange(min=0), default=0.0, show_default=True,
               help="Add runs until the costs' 95% intervals move a corrected iteration by at most this many % "
                    "(up to 4x --repetitions runs; 0: never): for workloads whose iterations outlast a window.")
+@click.option("--startup-pairs", type=click.IntRange(min=0), default=3, show_default=True,
+              help="Per repetition, start-ups run uninstrumented and profiled to their first rlscope.step(), "
+                   "for what profiling adds to a start-up beyond its events (0: not measured).")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
-              precision_pct: float, command: tuple[str, ...]) -> None:
+              precision_pct: float, startup_pairs: int, command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
     from rlscope.analyze.calibration import CALIBRATION_FILE
@@ -136,7 +139,7 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     output_dir = output_dir or default_output(list(command), "calibration")
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
                                             progress=lambda line: click.echo(line, err=True), window_ms=window_ms,
-                                            precision_pct=precision_pct)
+                                            precision_pct=precision_pct, startup_pairs=startup_pairs)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))

@@ -240,20 +240,27 @@ def test_start_up_cost_comes_off_the_iterating_process_outside_operations():
         correct_breakdown(breakdown, transitions, _calibration(annotation=0.0))["corrected_ns"])
 
 
-def test_an_uninstrumented_start_up_run_ends_at_its_first_step(tmp_path):
+def test_start_up_runs_end_at_their_first_step(tmp_path):
+    from rlscope.analyze.calibration import iterating_process, profiled_startup
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
 
-    script = "import time, rlscope\ntime.sleep(0.05)\nrlscope.step()\nprint('past the first step')\n"
-    log = tmp_path / "log.txt"
-    with log.open("w") as out:
-        _, code = run_profiled([sys.executable, "-c", script], tmp_path / "trace", wall_only=True,
-                               until_first_step=True, stdout=out)
-    assert code == 0 and "past the first step" not in log.read_text()
-    (process,) = read_trace(tmp_path / "trace")
-    assert process.meta["complete"] and process.meta["first_step_ns"] >= process.meta["start_ns"] + 50_000_000
-    with pytest.raises(ValueError, match="wall_only"):
-        run_profiled([sys.executable, "-c", script], tmp_path / "other", until_first_step=True)
+    # the first step inside an open operation, as SB3's loop runs inside "learn"
+    script = ("import time, rlscope\ntime.sleep(0.05)\nwith rlscope.operation('loop'):\n"
+              "    rlscope.step()\n    print('past the first step')\n")
+    for name, wall_only in (("uninstrumented", True), ("profiled", False)):
+        log = tmp_path / f"{name}.txt"
+        with log.open("w") as out:
+            _, code = run_profiled([sys.executable, "-c", script], tmp_path / name, wall_only=wall_only,
+                                   gpu=False, until_first_step=True, stdout=out)
+        assert code == 0 and "past the first step" not in log.read_text() and "Error" not in log.read_text()
+        (process,) = read_trace(tmp_path / name)
+        assert process.meta["complete"]
+        if wall_only:
+            assert process.meta["first_step_ns"] >= process.meta["start_ns"] + 50_000_000
+        else:
+            startup = profiled_startup(iterating_process([process]))
+            assert startup["raw_ns"] >= 50_000_000 and startup["events"]["annotation"] == 0
 
 
 def test_negative_costs_are_not_added():
@@ -293,15 +300,20 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
                          text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
-    assert {r["config"] for r in cal["runs"]} == {"windows", "startup"} and cal["blocks"] >= 4
+    assert {r["config"] for r in cal["runs"]} == {"windows", "startup", "startup-profiled"} and cal["blocks"] >= 4
     assert set(cal["costs_ns"]) == {"annotation", "python_call"} and cal["repetitions"] == 2
     assert "ns per event" in run.stdout and "blocks of alternating windows" in run.stderr
     # one uninstrumented start-up per repetition, each ended at its first step, against the windows runs' own
     startups = [r for r in cal["runs"] if r["config"] == "startup"]
-    assert len(startups) == 2 and all(r["startup_ns"] > 0 for r in startups)
+    assert len(startups) == 6 and all(r["startup_ns"] > 0 for r in startups)
+    profiled = [r for r in cal["runs"] if r["config"] in ("windows", "startup-profiled")]
+    assert sorted((r["repetition"], r["pair"]) for r in profiled) == sorted((r["repetition"], r["pair"])
+                                                                            for r in startups)
     assert cal["startup_ns"] is not None and cal["startup_ci95_ns"] is not None and "start-up" in run.stdout
-    assert [p.name for p in sorted((cal_dir / "runs").iterdir())] == ["0-startup", "0-windows", "1-startup",
-                                                                       "1-windows"]
+    # per repetition: the windows run and 3 start-up pairs, the first pair's profiled start-up the windows run's
+    assert [p.name for p in sorted((cal_dir / "runs").iterdir())][:6] == [
+        "0-startup", "0-startup-1", "0-startup-2", "0-startup-profiled-1", "0-startup-profiled-2", "0-windows"]
+    assert len(list((cal_dir / "runs").iterdir())) == 12
 
     trace = tmp_path / "trace"
     prof = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace), "--no-analyze",
@@ -330,12 +342,13 @@ def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
                       "    np.zeros(2); sum(range(500))\n")
     cal_dir = tmp_path / "cal"
     run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1",
-                          "--precision", "0.000001", "--no-gpu", "--window-ms", "1", "--", sys.executable,
-                          str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
+                          "--precision", "0.000001", "--no-gpu", "--window-ms", "1", "--startup-pairs", "0", "--",
+                          sys.executable, str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
     assert run.returncode == 0, run.stderr
     cal = json.loads((cal_dir / "calibration.json").read_text())
     assert cal["repetitions"] == 4  # 1 asked for, 3 added, then the cap
-    assert [r["config"] for r in cal["runs"]].count("windows") == 4
+    assert [r["config"] for r in cal["runs"]] == ["windows"] * 4  # --startup-pairs 0: no start-up runs
+    assert cal["startup_ns"] is None and "start-up" not in run.stdout
     assert "one more run" in run.stderr and "above --precision 1e-06%; stopping there" in run.stderr
     assert cal["uncertainty_pct"] > 0 and "move a corrected iteration by at most" in run.stderr
 
@@ -358,6 +371,10 @@ def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
                          timeout=120)
     assert run.returncode == 2
     assert "--window-ms" in run.stderr and "Traceback" not in run.stderr
+    pairs = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path),
+                            "--startup-pairs", "-1", "--", sys.executable, "train.py"], capture_output=True, text=True,
+                           env=cli_env, timeout=120)
+    assert pairs.returncode == 2 and "--startup-pairs" in pairs.stderr and "Traceback" not in pairs.stderr
 
 
 def test_speed_factor_compares_like_iterations_and_scales_only_the_cpu_side_costs():

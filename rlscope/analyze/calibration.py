@@ -26,10 +26,10 @@ the same counts it was derived from:
 A process's start-up (interpreter start to its first ``rlscope.step()``: imports, CUDA
 initialisation) is slowed by more than its counted events: on 3.11 the profile function fires
 on every Python call of the imports, of which almost none is a counted transition. Calibration
-measures that directly (``startup_cost``): each alternating run's start-up, less what its
-events and writes there are corrected by, against an uninstrumented start-up of the same
-repetition, interleaved; correction removes the mean from the start-up of the process that
-iterates.
+measures that directly (``startup_cost``): profiled start-ups (the alternating runs', and runs
+that end at their first step), less what their events and writes there are corrected by,
+against uninstrumented start-ups run beside them; correction removes the mean from the
+start-up of the process that iterates.
 
 Corrected time never goes below zero; GPU time is left as measured. rlscope's writes of its
 buffered events are not estimated: the trace times each one (``Kind.PROFILER_WRITE``), the

@@ -3,9 +3,11 @@ each recorded event costs (``rlscope.analyze.calibration``).
 
 Per repetition: one run that alternates the layers in windows of a few milliseconds
 (``rlscope.collect.windows``): annotations and transitions, and where a GPU is, CUDA API and
-GPU activity recording; and one uninstrumented run that ends at its first ``rlscope.step()``,
-whose start-up the alternating run's (profiled throughout, up to its first step) is set against
-(``startup_cost``); the two alternate in order between repetitions. A workload that never calls
+GPU activity recording; and pairs of start-ups (``startup_cost``): an uninstrumented run ended
+at its first ``rlscope.step()`` against a profiled one, the first pair's profiled start-up being
+the alternating run's own (it is profiled throughout up to its first step), the others' runs
+that are profiled and end at their first step. The order alternates between repetitions. A
+workload that never calls
 ``rlscope.step()`` has no iterations to alternate on: it is calibrated with whole runs of every
 configuration instead.
 
@@ -52,6 +54,8 @@ __all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WIND
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
 STARTUP = "startup"  # an uninstrumented run to its first rlscope.step(): the baseline of the start-up cost
+PROFILED_STARTUP = "startup-profiled"  # a profiled run to its first rlscope.step()
+STARTUP_PAIRS = 3  # start-up pairs per repetition (``calibrate``'s ``startup_pairs``)
 MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
 
 
@@ -108,8 +112,8 @@ def window_rows(windows: np.ndarray, process: Any) -> list[list[int]]:
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
-              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, precision_pct: float = 0.0
-              ) -> tuple[Calibration, list[str]]:
+              progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, precision_pct: float = 0.0,
+              startup_pairs: int = STARTUP_PAIRS) -> tuple[Calibration, list[str]]:
     """Run the configurations ``repetitions`` times; returns the calibration (also saved to
     ``output/calibration.json``) and the failed runs' descriptions.
 
@@ -117,7 +121,11 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     corrected iteration by at most this many % (``correction_uncertainty_pct``), up to
     MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose iterations outlast a
     window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run), too few for costs
-    that a check at ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs."""
+    that a check at ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs.
+
+    ``startup_pairs``: start-up pairs per repetition (0: the start-up's excess is not measured).
+    Each is one sample: 3 pairs from 3 repetitions left SB3 A2C's excess (~0.5 s) uncertain to
+    ±0.8 s, and one calibration put it below zero."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -129,10 +137,13 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     if gpu and (reason := gpu_unavailable_reason()) is not None:
         gpu = False
         progress(f"no GPU here ({reason}): calibrating the CPU-side events only")
-    ladder = [c for c in CONFIGS if gpu or c not in GPU_CONFIGS]
+    if startup_pairs < 0:
+        raise RlscopeError(f"--startup-pairs {startup_pairs}: need 0 (not measured) or more")
+    ladder = [(c, 0) for c in CONFIGS if gpu or c not in GPU_CONFIGS]
     gpu_layers = CONFIGS["gpu_activities"][1] if gpu else False
     alternate = format_windows(window_ms, list(LEVELS if gpu else LEVELS[:3]))
-    plan = [WINDOWS, STARTUP]
+    plan = [(WINDOWS, 0)] + [(STARTUP, 0)] * bool(startup_pairs)
+    plan += [run for k in range(1, startup_pairs) for run in ((PROFILED_STARTUP, k), (STARTUP, k))]
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
     done = 0
@@ -140,10 +151,10 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     while rep < repetitions or _wants_more(runs, plan, precision_pct, rep, repetitions, progress):
         queue = list(plan if rep % 2 == 0 else plan[::-1])  # W S, S W, ...: drift touches both alike
         while queue:
-            config = queue.pop(0)
-            run_dir = output / "runs" / f"{rep}-{config}"
+            config, pair = queue.pop(0)
+            run_dir = output / "runs" / (f"{rep}-{config}" + (f"-{pair}" if pair else ""))
             run_dir.mkdir(parents=True, exist_ok=True)
-            label = f"repetition {rep + 1}, {config}"
+            label = f"repetition {rep + 1}, {config}" + (f" {pair + 1}" if config != WINDOWS and pair else "")
             done += 1
             progress(f"[{done}/{done + len(queue) + len(plan) * max(repetitions - rep - 1, 0)}] {label}")
             log = run_dir / "log.txt"
@@ -152,9 +163,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                     if config == WINDOWS:
                         _, code = run_profiled(command, run_dir, gpu=gpu_layers, windows=alternate, stdout=out,
                                                timeout_s=timeout_s)
-                    elif config == STARTUP:
-                        _, code = run_profiled(command, run_dir, wall_only=True, until_first_step=True, stdout=out,
-                                               timeout_s=timeout_s)
+                    elif config in (STARTUP, PROFILED_STARTUP):
+                        _, code = run_profiled(command, run_dir, gpu=gpu_layers, wall_only=config == STARTUP,
+                                               until_first_step=True, stdout=out, timeout_s=timeout_s)
                     else:
                         transitions, layers, _ = CONFIGS[config]
                         _, code = run_profiled(command, run_dir, transitions=bool(transitions),
@@ -170,19 +181,22 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             if config == STARTUP:
                 stepped = [p for p in read_trace(run_dir) if p.meta.get("first_step_ns") is not None]
                 if stepped:
-                    runs.append({"config": config, "repetition": rep,
+                    runs.append({"config": config, "repetition": rep, "pair": pair,
                                  "startup_ns": stepped[0].meta["first_step_ns"] - stepped[0].meta["start_ns"]})
                 continue
-            if config != WINDOWS:
+            if config not in (WINDOWS, PROFILED_STARTUP):
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
             processes = read_trace(run_dir)
+            iterating = iterating_process(processes)
+            startup = {"pair": pair, "startup": profiled_startup(iterating) if iterating is not None else None}
+            if config == PROFILED_STARTUP:
+                runs.append({"config": config, "repetition": rep, **startup})
+                continue
             windows = measure_windows(processes)
             if any(window_blocks(w) for w in windows):
-                iterating = iterating_process(processes)
-                runs.append({"config": config, "repetition": rep, "windows": windows,
-                             "startup": profiled_startup(iterating) if iterating is not None else None})
-            elif WINDOWS in plan:  # nothing to alternate on: whole runs from now on
+                runs.append({"config": config, "repetition": rep, "windows": windows, **startup})
+            elif plan[0][0] == WINDOWS:  # nothing to alternate on: whole runs from now on
                 progress("  too few rlscope.step() iterations to alternate on; calibrating with whole runs of "
                          "each configuration instead (mark iterations with rlscope.step() for tighter costs)")
                 plan = ladder
@@ -195,10 +209,10 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     return calibration, failures
 
 
-def _wants_more(runs: list[dict[str, Any]], plan: list[str], precision_pct: float, rep: int, repetitions: int,
-                progress: Callable[[str], None]) -> bool:
+def _wants_more(runs: list[dict[str, Any]], plan: list[tuple[str, int]], precision_pct: float, rep: int,
+                repetitions: int, progress: Callable[[str], None]) -> bool:
     """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap)."""
-    if not precision_pct or WINDOWS not in plan:
+    if not precision_pct or plan[0][0] != WINDOWS:
         return False
     uncertainty = _derive(runs).uncertainty_pct
     if uncertainty is not None and uncertainty <= precision_pct:
@@ -214,7 +228,7 @@ def _wants_more(runs: list[dict[str, Any]], plan: list[str], precision_pct: floa
 
 def _derive(runs: list[dict[str, Any]]) -> Calibration:
     alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
-    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP)]
+    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP, PROFILED_STARTUP)]
     costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
     reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
     if whole:
@@ -222,9 +236,9 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
         costs, ci = {**costs, **more}, {**ci, **more_ci}
         reps = min(reps, reps_whole) if alternating else reps_whole
     iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
-    bases = {r["repetition"]: r["startup_ns"] for r in runs if r["config"] == STARTUP}
-    pairs = [(r["startup"], bases[r["repetition"]]) for r in runs
-             if r["config"] == WINDOWS and r.get("startup") and r["repetition"] in bases]
+    bases = {(r["repetition"], r["pair"]): r["startup_ns"] for r in runs if r["config"] == STARTUP}
+    pairs = [(r["startup"], bases[key]) for r in runs if r["config"] in (WINDOWS, PROFILED_STARTUP)
+             and r.get("startup") and (key := (r["repetition"], r["pair"])) in bases]
     startup, startup_ci = startup_cost(pairs, costs)
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
                        blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,

@@ -46,7 +46,7 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
 
     ``gpu``: True, False, or the GPU layers to trace ("runtime,kernels"); ``wall_only``: record
     nothing but each process's wall time (the uninstrumented baseline of calibration);
-    ``until_first_step`` (with ``wall_only``): end the command at its first ``rlscope.step()``;
+    ``until_first_step``: end the command at its first ``rlscope.step()`` (calibration's start-up runs);
     ``windows``: switch layers on and off as the command runs (``rlscope.collect.windows``);
     ``stdout``: where the command's output goes (both streams), default the terminal;
     ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
@@ -64,8 +64,6 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     env[ENV_TRANSITIONS] = "1" if transitions else "0"
     if gpu is not True:
         env[ENV_GPU] = "0" if gpu is False else str(gpu)
-    if until_first_step and not wall_only:
-        raise ValueError("until_first_step is for uninstrumented (wall_only) runs")
     if wall_only:
         env[ENV_WALL_ONLY] = "1"
     if until_first_step:

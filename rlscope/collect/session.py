@@ -17,7 +17,7 @@ from pathlib import Path
 
 import rlscope
 from rlscope import _hotpath
-from rlscope.api import ENV_GPU, ENV_WINDOWS
+from rlscope.api import ENV_GPU, ENV_UNTIL_FIRST_STEP, ENV_WINDOWS
 from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
@@ -92,6 +92,7 @@ class Session:
         self._gpu: GpuCollector | None = None
         self._sampler: UtilisationSampler | None = None
         self._windows: AlternatingWindows | None = None
+        self._until_first_step = False
         self._forked = False
         self._phase_start = 0
         self.active = False
@@ -139,6 +140,8 @@ class Session:
             self._collector.start()
         if spec := os.environ.get(ENV_WINDOWS):  # calibration: layers switched on and off as it runs
             self._windows = AlternatingWindows(self, *parse_windows(spec))
+        # calibration: the process ends at its first rlscope.step() (a profiled start-up, timed)
+        self._until_first_step = os.environ.get(ENV_UNTIL_FIRST_STEP) == "1"
 
     def stop(self, check_nesting: bool = True) -> None:
         if not self.active:
@@ -241,7 +244,22 @@ class Session:
         _hotpath.set_step_phase(name)
 
     def bind_step(self) -> None:
-        """Make rlscope.step() record this session's iterations (and switch calibration's windows)."""
+        """Make rlscope.step() record this session's iterations (and switch calibration's windows,
+        or end a start-up run of calibration at its first step)."""
         windows = self._windows
+        if self._until_first_step:
+            _hotpath.bind_step(self._ops, self.phase, on_window=self._end_at_first_step, window_ms=0.0)
+            return
         _hotpath.bind_step(self._ops, self.phase, on_window=windows.on_window if windows else None,
                            window_ms=windows.window_ms if windows else 0.0)
+
+    def _end_at_first_step(self, start_ns: int, end_ns: int, iterations: int) -> None:
+        """Stop profiling (the trace holds the start-up and a first iteration ending here) and end
+        the process, exit status 0: operations still open (a loop inside one) are no error."""
+        from rlscope import api
+
+        api._bind(None)
+        self.stop(check_nesting=False)
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(0)
