@@ -164,7 +164,13 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes(tmp_path: Path, cli_env
     out = tmp_path / "o"
     path = manifest(tmp_path, params="{sleep_s: 1.5}", xs="[1, 2, 3, 4]", repetitions=1)
     cmd = [sys.executable, "-m", "rlscope.cli", "run", str(path), "--output", str(out), "--no-plot"]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    # A child inherits an ignored SIGINT (as this test's process has it when run as a background job of a
+    # non-interactive shell), but not a handler: with one in place here, the runner starts with Ctrl-C live.
+    previous = signal.signal(signal.SIGINT, signal.default_int_handler)
+    try:
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    finally:
+        signal.signal(signal.SIGINT, previous)
     first_done = out / "toy" / "runs" / "x-1" / "DONE"
     deadline = time.monotonic() + 60
     while not first_done.exists() and time.monotonic() < deadline:
