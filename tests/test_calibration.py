@@ -472,7 +472,7 @@ def test_a_trace_far_from_the_calibrations_speed_warns():
 
 
 def test_uninstrumented_run_remembers_only_its_first_step(tmp_path):
-    from rlscope.collect.calibrate import first_step_ns
+    from rlscope.analyze.calibration import first_step_ns
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
 

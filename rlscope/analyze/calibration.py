@@ -59,7 +59,8 @@ __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_coun
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "median_ci95", "event_times",
            "write_time_in", "window_iteration", "correction_uncertainty_pct", "trace_iteration", "speed_factor",
            "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE", "PROFILER_LAYER",
-           "profiled_startup", "startup_removed", "startup_cost", "applied_startup_ns", "iterating_process"]
+           "first_step_ns", "profiled_startup", "startup_removed", "startup_cost", "applied_startup_ns",
+           "iterating_process"]
 
 CALIBRATION_FILE = "calibration.json"
 PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
@@ -433,16 +434,24 @@ def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, f
             for event, (_, layer) in EVENTS.items()}
 
 
+def first_step_ns(process: Any) -> int | None:
+    """When a process first called rlscope.step() (profiled or wall-clock only), or None."""
+    if process.meta.get("wall_only"):
+        return process.meta.get("first_step_ns")
+    events = process.events
+    steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
+    return int(steps.min()) if len(steps) else None
+
+
 def profiled_startup(process: Any) -> dict[str, Any] | None:
     """A profiled process's start-up, interpreter start to its first ``rlscope.step()``:
     ``{"raw_ns", "writes_ns", "events": {event type: count}}`` of its main thread, or None
     where it made no step."""
-    events = process.events
-    steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
-    if not len(steps):
+    first = first_step_ns(process)
+    if first is None:
         return None
-    first, start, main = int(steps.min()), int(process.meta["start_ns"]), process.meta["main_tid"]
-    own = events[events["tid"] == main]
+    start, main = int(process.meta["start_ns"]), process.meta["main_tid"]
+    own = process.events[process.events["tid"] == main]
     span = np.array([[0, start, first, 0]], dtype=np.int64)
     return {"raw_ns": first - start, "writes_ns": int(write_time_in(span, own, main)[0]),
             "events": {e: int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(own))}}

@@ -7,9 +7,8 @@ GPU activity recording; and pairs of start-ups (``startup_cost``): an uninstrume
 at its first ``rlscope.step()`` against a profiled one, the first pair's profiled start-up being
 the alternating run's own (it is profiled throughout up to its first step), the others' runs
 that are profiled and end at their first step. The order alternates between repetitions. A
-workload that never calls
-``rlscope.step()`` has no iterations to alternate on: it is calibrated with whole runs of every
-configuration instead.
+workload that never calls ``rlscope.step()`` has no iterations to alternate on: it is
+calibrated with whole runs of every configuration instead.
 
 Layout: ``OUTPUT/calibration.json`` and ``OUTPUT/runs/<repetition>-<config>/`` (each a trace
 directory with ``log.txt``). Configurations are interleaved within each repetition so that slow
@@ -37,6 +36,7 @@ from rlscope.analyze.calibration import (
     derive_window_costs,
     event_counts,
     event_times,
+    first_step_ns,
     iterating_process,
     machine_fingerprint,
     profiled_startup,
@@ -47,9 +47,8 @@ from rlscope.analyze.calibration import (
 )
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.errors import RlscopeError
-from rlscope.trace.schema import Kind
 
-__all__ = ["calibrate", "measure_run", "measure_windows", "first_step_ns", "WINDOW_MS"]
+__all__ = ["calibrate", "measure_run", "measure_windows", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
@@ -71,15 +70,6 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     else:
         counts = event_counts(analyze_trace(trace_dir)["transitions"])
     return {"wall_ns": wall, "counts": counts}
-
-
-def first_step_ns(process: Any) -> int | None:
-    """When a process first called rlscope.step() (profiled or wall-clock only), or None."""
-    if process.meta.get("wall_only"):
-        return process.meta.get("first_step_ns")
-    events = process.events
-    steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
-    return int(steps.min()) if len(steps) else None
 
 
 def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
@@ -179,10 +169,10 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 progress(f"  failed ({why}); log: {log}")
                 continue
             if config == STARTUP:
-                stepped = [p for p in read_trace(run_dir) if p.meta.get("first_step_ns") is not None]
+                stepped = [(p, first) for p in read_trace(run_dir) if (first := first_step_ns(p)) is not None]
                 if stepped:
                     runs.append({"config": config, "repetition": rep, "pair": pair,
-                                 "startup_ns": stepped[0].meta["first_step_ns"] - stepped[0].meta["start_ns"]})
+                                 "startup_ns": stepped[0][1] - stepped[0][0].meta["start_ns"]})
                 continue
             if config not in (WINDOWS, PROFILED_STARTUP):
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})

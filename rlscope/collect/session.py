@@ -38,6 +38,14 @@ def _process_name() -> str:
     return Path(script).stem if script and script not in ("-c", "-") else "python"
 
 
+def _end_process() -> None:
+    """End a calibration start-up run at its first step, exit status 0, with its output written
+    but without running the rest of the program's shutdown (its atexit handlers included)."""
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
 class WallClock:
     """An uninstrumented process's trace: its wall time, in the same meta.json, and no events.
 
@@ -63,9 +71,7 @@ class WallClock:
         _hotpath.bind_step()
         if self.until_first_step:
             self.stop()
-            sys.stdout.flush()
-            sys.stderr.flush()
-            os._exit(0)
+            _end_process()
 
     def stop(self) -> None:
         end = time.perf_counter_ns()
@@ -260,6 +266,4 @@ class Session:
 
         api._bind(None)
         self.stop(check_nesting=False)
-        sys.stdout.flush()
-        sys.stderr.flush()
-        os._exit(0)
+        _end_process()
