@@ -65,7 +65,7 @@ class _Operation:
         session = _session
         if session is not None:
             top = session.exit(self.name)
-            if top is not None:
+            if top is not None and exc_type is None:  # while unwinding, the error itself is the one to report
                 session.nesting_error(self.name, top)
 
     def __call__(self, func: F) -> F:
@@ -78,11 +78,14 @@ class _Operation:
                 return func(*args, **kwargs)
             session.enter(name)
             try:
-                return func(*args, **kwargs)
-            finally:
-                top = session.exit(name)
-                if top is not None:
-                    session.nesting_error(name, top)
+                result = func(*args, **kwargs)
+            except BaseException:
+                session.exit(name)  # as in __exit__: the error itself is the one to report
+                raise
+            top = session.exit(name)
+            if top is not None:
+                session.nesting_error(name, top)
+            return result
 
         return wrapper  # type: ignore[return-value]
 

@@ -59,6 +59,28 @@ def test_crossed_nesting_names_both_operations(tmp_path: Path) -> None:
             a.__exit__(None, None, None)
 
 
+@pytest.mark.parametrize("form", ["with", "decorator"])
+@pytest.mark.parametrize("error", [KeyboardInterrupt, ValueError, None])
+def test_a_mismatch_found_while_an_error_unwinds_leaves_the_error_reported(
+        tmp_path: Path, form: str, error: type[BaseException] | None) -> None:
+    """An operation that ends with another still open inside it is a nesting error, unless it
+    ends because an error (a Ctrl-C, say) unwinds the stack: then that error is what the user
+    must see, as rlscope.profile() does for operations left open."""
+    def body() -> None:
+        rlscope.operation("b").__enter__()
+        if error is not None:
+            raise error
+
+    with pytest.raises(error or NestingError, match="" if error else "'a' ended while 'b'"):
+        with rlscope.profile(tmp_path, transitions=False):
+            if form == "with":
+                with rlscope.operation("a"):
+                    body()
+            else:
+                rlscope.operation("a")(body)()
+    assert not rlscope.enabled()
+
+
 def test_unclosed_operation_is_reported_at_the_end(tmp_path: Path) -> None:
     with pytest.raises(NestingError, match="'left-open' were still open"):
         with rlscope.profile(tmp_path, transitions=False):
