@@ -35,6 +35,7 @@ def test_levels_alternate_and_events_fall_only_in_windows_that_record_them(tmp_p
     (process,) = read_trace(tmp_path)
     saved = json.loads((process.directory / WINDOWS_FILE).read_text())
     assert saved["annotations_switched"] is True
+    assert (saved["settled"] > 0) == hasattr(sys, "monitoring")  # only sys.monitoring's switches leave a cost
     windows = measure_windows(read_trace(tmp_path))[0]
     levels = [w[0] for w in windows]
     assert set(levels) == {0, 1, 2}
@@ -45,6 +46,38 @@ def test_levels_alternate_and_events_fall_only_in_windows_that_record_them(tmp_p
     assert totals[2][1] > 0 and totals[2][0] > 0
     ops = process.events[process.events["kind"] == int(Kind.OPERATION)]
     assert (ops["end_ns"] >= ops["start_ns"]).all() and len(ops) < 600  # off windows recorded none
+
+
+def test_after_a_switch_that_leaves_a_cost_the_next_window_only_settles(tmp_path, monkeypatch):
+    """On Python 3.12+ taking the hooks out or putting them back makes the code that runs next
+    pay for re-instrumentation; forced here on any version. No recorded window may hold a
+    switch, and the recorded ones still follow the palindrome."""
+    import time
+
+    from rlscope.collect.python import TransitionCollector
+
+    switches: list[int] = []
+
+    def timed(switch):
+        def switch_and_note(self: TransitionCollector) -> None:
+            switch(self)
+            switches.append(time.perf_counter_ns())
+
+        return switch_and_note
+
+    for name in ("suspend", "resume"):
+        monkeypatch.setattr(TransitionCollector, name, timed(getattr(TransitionCollector, name)))
+    monkeypatch.setattr(TransitionCollector, "switch_leaves_cost", property(lambda self: True))
+    monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,annotations,transitions")
+    with rlscope.profile(tmp_path, process="loop", gpu=False):
+        _loop(600)
+    (process,) = read_trace(tmp_path)
+    saved = json.loads((process.directory / WINDOWS_FILE).read_text())
+    windows = saved["windows"]
+    assert len(windows) > 30 and saved["settled"] >= len(switches) - 1 > 10  # close() switches once more
+    assert not [w for w in windows if any(w[1] <= t <= w[2] for t in switches)]
+    cycle = [0, 1, 2, 2, 1, 0]
+    assert [w[0] for w in windows] == (cycle * len(windows))[:len(windows)]
 
 
 def test_a_loop_inside_an_operation_keeps_annotations_on(tmp_path, monkeypatch):

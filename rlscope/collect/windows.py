@@ -13,6 +13,11 @@ switch layers at iteration boundaries (``rlscope.step()``) in windows of at leas
 - ``cuda_api``: and CUDA API calls recorded by CUPTI;
 - ``gpu_activities``: and kernels, copies and memsets (everything ``rlscope prof`` records).
 
+On Python 3.12+ a switch of the transition collector's hooks costs the code that runs next (it
+is re-instrumented and its disabled call sites re-armed: +1-4 ms on a 50-70 ms SB3 PPO
+iteration), which would read as a cost of the level switched to. There the window after such a
+switch only settles: it runs at the new level but is not recorded, and the next one is.
+
 The GPU layers are switched only where the process traces its GPU (CUPTI stays attached
 throughout, with every activity kind off below ``cuda_api``); elsewhere the top two levels equal
 ``transitions``. The configurations follow a palindrome (``off, annotations, transitions,
@@ -22,7 +27,7 @@ was in force: annotations are switched only while the calling thread has no oper
 (a loop inside an annotated operation keeps them on throughout, and says so).
 
 ``windows.json`` beside the events lists every complete window: ``[level, start_ns, end_ns,
-iterations]`` with level an index into ``LEVELS``.
+iterations]`` with level an index into ``LEVELS``, and how many settling windows were left out.
 """
 
 from __future__ import annotations
@@ -70,10 +75,17 @@ class AlternatingWindows:
         self.annotations_switched: bool | None = None  # decided at the first boundary
         self._position = -1  # index into cycle of the open window; -1: before the first step()
         self._level = len(LEVELS) - 1
+        self._settling = False  # the open window follows a switch of the hooks that leaves a cost
+        self.settled = 0  # windows left out for that
 
     def on_window(self, start_ns: int, end_ns: int, iterations: int) -> None:
         """The window open since ``start_ns`` (-1: none yet) ended at ``end_ns`` after
-        ``iterations`` steps: record it and switch to the next configuration."""
+        ``iterations`` steps: record it and switch to the next configuration, or after a
+        settling window, time the same configuration afresh."""
+        if self._settling:
+            self._settling = False
+            self.settled += 1
+            return
         if self._position >= 0:
             self.windows.append([self._level, start_ns, end_ns, iterations])
         self._position = (self._position + 1) % len(self.cycle)
@@ -93,11 +105,12 @@ class AlternatingWindows:
         annotate = level >= 1 or not self.annotations_switched or bool(session._ops.current_stack())
         api._annotate_into(session if annotate else None)
         collector = session._collector
-        if collector is not None:
-            if level >= 2 and self._level < 2:
+        if collector is not None and (level >= 2) != (self._level >= 2):
+            if level >= 2:
                 collector.resume()
-            elif level < 2 and self._level >= 2:
+            else:
                 collector.suspend()
+            self._settling = collector.switch_leaves_cost
         gpu = session._gpu
         if gpu is not None and ((level >= 3) != (self._level >= 3) or (level >= 4) != (self._level >= 4)):
             gpu.record(api=level >= 3, gpu=level >= 4)
@@ -116,4 +129,5 @@ class AlternatingWindows:
             api._annotate_into(self.session)
         write_json_atomic(directory / WINDOWS_FILE, {
             "levels": list(LEVELS), "window_ns": int(self.window_ms * 1e6),
-            "annotations_switched": bool(self.annotations_switched), "windows": self.windows})
+            "annotations_switched": bool(self.annotations_switched), "settled": self.settled,
+            "windows": self.windows})
