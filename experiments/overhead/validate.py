@@ -87,8 +87,7 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     removed from there on (all it removed, less what it removed from the start-up: the main
     thread's events and trace writes there, and ``startup_ns``, the calibration's start-up
     cost as applied). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import applied_costs, profiled_startup, startup_removed
-    from rlscope.analyze.calibration import first_step_ns
+    from rlscope.analyze.calibration import applied_costs, first_step_ns, profiled_startup, startup_removed
     from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
