@@ -1,0 +1,226 @@
+"""What profiling costs SB3 PPO on CUDA in each state a profiled process can be in, per iteration.
+
+PPO on CUDA's corrected whole runs have leaned positive (about +8%) while calibration's windows
+and the sessions check met ±5%, so some cost of a continuously profiled process is not in the
+calibrated per-event costs. Identical processes on the lent H100 host differ by up to 25%, so
+this keeps start-ups cheap and compares many short processes: a zygote imports torch, SB3 and
+rlscope without touching CUDA and forks one child per run (each creates its own CUDA context),
+the states in a fresh random order each round.
+
+    python bench/ppo_cuda_process_states.py OUT_DIR SECONDS ITERATIONS STATES
+
+STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
+
+- ``U`` uninstrumented;
+- ``W`` profiled (Python hooks, CUDA API and GPU activities) from before the CUDA context exists,
+  as a whole profiled run;
+- ``L`` unprofiled for iterations 0-9, then profiled: CUPTI attached after the context and
+  modules exist, as a ``--sessions`` run's sessions;
+- ``C`` profiled without GPU collection (Python hooks only) from the start;
+- ``I`` as W, then from iteration 10 idle as calibration's unprofiled windows (hooks suspended,
+  CUPTI attached with every activity kind off, the NVML sampler running); ``N`` also stops the
+  sampler; ``R`` stops the session (released, as a ``--sessions`` run between sessions);
+- ``T``, ``H``, ``A``: as W, then from iteration 6 switching per iteration, in the pattern
+  ``PATTERN``, CUPTI's recording (T), the Python hooks (H) or both (A), as calibration's windows
+  do; the switch itself is timed and left out.
+
+Per child one line in ``OUT_DIR/states.jsonl``: median ms per iteration over iterations 3-9
+(``pre``) and from 12 (``post``), and for T/H/A the medians per kind of iteration: ``on3`` (on,
+after two on), ``off3``, ``on_after_off``, ``off_after_on``. At the end it prints, per state,
+each round's ``post`` against U's of the same round, ``post`` against ``pre`` within a process,
+and for T/H/A each kind of iteration against ``off3`` of the same process. Needs a CUDA GPU
+(``--device cpu`` runs it anywhere, to try it out).
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import os
+import random
+import signal
+import time
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+import rlscope
+from rlscope import api
+
+LATE = 10  # L, I, N, R change state at this iteration's start
+SWITCH_FROM = 6  # T, H, A switch from this iteration on
+PATTERN = (1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0)  # long runs and single iterations of each
+KINDS = {"on3": (1, 1, 1), "on_after_off": (1, 0), "off_after_on": (0, 1), "off3": (0, 0, 0)}
+STATES = "UWLCINRTHA"
+
+
+def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
+    """One PPO run in ``state``; the rollout starts' times, and per iteration whether it was
+    recorded and how long a switch at its start took."""
+    import stable_baselines3
+    import torch
+    from stable_baselines3.common.callbacks import BaseCallback
+
+    stamps: list[int] = []
+    recorded: list[int] = []
+    switch_ns: list[int] = []
+    late = contextlib.ExitStack()
+
+    def change_state(iteration: int) -> None:
+        session = api._bound
+        if state == "L":
+            late.enter_context(rlscope.profile(trace))
+        elif state in "IN":
+            session._collector.suspend()
+            if session._gpu is not None:
+                session._gpu.record(api=False, gpu=False)
+            if state == "N" and session._sampler is not None:
+                session._sampler.stop()
+                session._sampler = None
+        elif state == "R":
+            api._bind(None)
+            session.stop(check_nesting=False)  # "learn" stays open; its end is then a no-op
+
+    def switch(on: int) -> None:
+        session = api._bound
+        if state in "TA" and session._gpu is not None:
+            session._gpu.record(api=bool(on), gpu=bool(on))
+        if state in "HA":
+            (session._collector.resume if on else session._collector.suspend)()
+
+    class Probe(BaseCallback):
+        def _on_rollout_start(self) -> None:
+            now = time.perf_counter_ns()
+            stamps.append(now)
+            iteration = len(stamps) - 1
+            on, spent = 1, 0
+            if state in "THA" and iteration >= SWITCH_FROM:
+                on = PATTERN[(iteration - SWITCH_FROM) % len(PATTERN)]
+                if on != recorded[-1]:
+                    switch(on)
+                    spent = time.perf_counter_ns() - now
+            recorded.append(on)
+            switch_ns.append(spent)
+            if iteration == LATE and state in "LINR":
+                change_state(iteration)
+            rlscope.step()
+
+        def _on_step(self) -> bool:
+            return True
+
+    whole = contextlib.ExitStack()
+    if state not in "UL":
+        whole.enter_context(rlscope.profile(trace, gpu=False if state == "C" else None))
+    with whole:
+        torch.set_num_threads(1)
+        model = stable_baselines3.PPO("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0,
+                                      n_steps=64, batch_size=64)
+        with rlscope.operation("learn"):
+            model.learn(total_timesteps=64 * iterations, callback=Probe())
+            late.close()
+    return {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns}
+
+
+def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str, Any]:
+    """Median ms per iteration before and after the state change, and per kind of iteration."""
+    times = np.diff(np.array(child["stamps"], dtype=np.int64)) / 1e6
+    times -= np.array(child["switch_ns"][:len(times)]) / 1e6
+    row: dict[str, Any] = {"round": round_, "state": state, "pre": float(np.median(times[3:LATE])),
+                           "post": float(np.median(times[LATE + 2:]))}
+    if state in "THA":
+        recorded = child["recorded"]
+        for name, history in KINDS.items():
+            picked = [times[i] for i in range(SWITCH_FROM + 2, len(times))
+                      if tuple(recorded[i - j] for j in range(len(history))) == history]
+            row[name] = float(np.median(picked))
+        row["switch_ms"] = float(np.median([s for s in child["switch_ns"] if s]) / 1e6)
+    return row
+
+
+def run_in_child(state: str, round_: int, out: Path, iterations: int, device: str) -> dict[str, Any] | None:
+    """Fork, run ``state`` in the child, wait at most 120 s; the child's summary or None."""
+    result = out / f"child-{round_:03d}-{state}.json"
+    pid = os.fork()
+    if pid == 0:
+        code = 1
+        try:
+            child = run_child(state, out / "traces" / f"{round_:03d}-{state}", iterations, device)
+            result.write_text(json.dumps(summarise_child(state, round_, child)))
+            code = 0
+        finally:
+            os._exit(code)
+    deadline = time.time() + 120
+    while not os.waitpid(pid, os.WNOHANG)[0]:
+        if time.time() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            os.waitpid(pid, 0)
+            return None
+        time.sleep(0.05)
+    return json.loads(result.read_text()) if result.exists() else None
+
+
+def show(name: str, values: list[float]) -> None:
+    if not values:
+        return
+    v = np.array(values)
+    print(f"{name:>26}: n={len(v):2d} median {np.median(v):+6.1f}%  above 0 in {int((v > 0).sum())}/{len(v)}  "
+          f"[{', '.join(f'{x:+.1f}' for x in v)}]")
+
+
+def report(rows: list[dict[str, Any]]) -> None:
+    by_round: dict[int, dict[str, dict[str, Any]]] = defaultdict(dict)
+    for row in rows:
+        by_round[row["round"]][row["state"]] = row
+    states = sorted({row["state"] for row in rows}, key=STATES.index)
+    for state in states:
+        if state != "U":
+            show(f"{state} post vs U post", [100 * (r[state]["post"] / r["U"]["post"] - 1)
+                                             for r in by_round.values() if state in r and "U" in r])
+        show(f"{state} post vs pre", [100 * (r[state]["post"] / r[state]["pre"] - 1)
+                                      for r in by_round.values() if state in r])
+        if state in "THA":
+            for kind in ("on3", "on_after_off", "off_after_on"):
+                show(f"{state} {kind} vs off3", [100 * (r[state][kind] / r[state]["off3"] - 1)
+                                                 for r in by_round.values() if state in r])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("out", type=Path)
+    parser.add_argument("seconds", type=float, help="start new rounds until this much time has passed")
+    parser.add_argument("iterations", type=int, help="PPO iterations per child (at least 16)")
+    parser.add_argument("states", help=f"one letter per state, from {STATES}")
+    parser.add_argument("--device", default="cuda")
+    args = parser.parse_args()
+    unknown = set(args.states) - set(STATES)
+    if unknown or args.iterations < 16:
+        parser.error(f"states from {STATES} (got {args.states!r}) and iterations >= 16 (got {args.iterations})")
+    import stable_baselines3  # noqa: F401  imported once here, before any fork; CUDA is left untouched
+    import torch  # noqa: F401
+
+    args.out.mkdir(parents=True, exist_ok=True)
+    order, rows, started = list(args.states), [], time.time()
+    shuffle = random.Random(0).shuffle
+    with open(args.out / "states.jsonl", "a") as log:
+        round_ = 0
+        while time.time() - started < args.seconds:
+            shuffle(order)
+            for state in order:
+                row = run_in_child(state, round_, args.out, args.iterations, args.device)
+                if row is None:
+                    print(f"round {round_} state {state}: the child failed", flush=True)
+                    continue
+                rows.append(row)
+                log.write(json.dumps(row) + "\n")
+                log.flush()
+                print(f"{time.time() - started:5.0f} s: round {round_} {state}: {row['post']:.1f} ms per iteration",
+                      flush=True)
+            round_ += 1
+    report(rows)
+
+
+if __name__ == "__main__":
+    main()
