@@ -46,6 +46,22 @@ def test_each_write_is_recorded_on_the_writing_thread(tmp_path: Path) -> None:
     assert set(writes["name"].astype(str)) == {"rlscope: trace write"}
 
 
+def test_a_write_is_timed_from_when_its_caller_began_it(tmp_path: Path) -> None:
+    """Draining the native buffers (which prepares the next buffer's memory) is part of a write."""
+    from rlscope.trace import Kind
+
+    (tmp_path / "p.1").mkdir()
+    writer = TraceWriter(tmp_path / "p.1" / "events.arrows", chunk_events=64)
+    writer.record(0, 1, 2, "op")
+    writer.flush(started_ns=123)
+    writer.close()
+    (tmp_path / "p.1" / "meta.json").write_text(json.dumps({"schema_version": SCHEMA_VERSION, "process": "p",
+                                                            "pid": 1, "start_ns": 0, "end_ns": 2, "main_tid": 0,
+                                                            "complete": True}))
+    writes = read_process(tmp_path / "p.1").events.query(f"kind == {int(Kind.PROFILER_WRITE)}")
+    assert writes["start_ns"].tolist() == [123]
+
+
 def test_torn_last_chunk_is_dropped_with_a_warning(tmp_path: Path) -> None:
     write(tmp_path / "p.1", 1000, chunk=100)
     events = tmp_path / "p.1" / "events.arrows"

@@ -41,6 +41,15 @@ struct CorrelationHooks {
     void (*pop)();
 };
 
+// A buffer of ``values`` values whose memory is already written: recording then never grows
+// it (each doubling copied everything and touched fresh pages) nor page-faults, so an event
+// costs the same in a session's first chunk as in a long run's later ones, where calibration
+// measures it. The pages are touched here, at a session's start or inside a timed trace write.
+void reserve_touched(std::vector<int64_t> &rows, size_t values) {
+    rows.resize(values);
+    rows.clear();  // keeps the capacity
+}
+
 struct Info {
     int64_t category = 0;  // 0: not a target
     int64_t name = 0;
@@ -59,6 +68,7 @@ public:
         : classify_(std::move(classify)), disable_(std::move(disable)), on_full_(std::move(on_full)),
           flush_values_(flush_rows * kWidth) {
         generation_ = ++g_generation;  // stacks left by an earlier collector are ignored
+        reserve_touched(rows_, flush_values_ + kWidth);
     }
     ~Collector() {
         for (PyObject *o : owned_) Py_DECREF(o);
@@ -180,7 +190,9 @@ private:
 class Operations {
 public:
     Operations(nb::callable symbol, nb::callable on_full, size_t flush_rows)
-        : symbol_(std::move(symbol)), on_full_(std::move(on_full)), flush_values_(flush_rows * kWidth) {}
+        : symbol_(std::move(symbol)), on_full_(std::move(on_full)), flush_values_(flush_rows * kWidth) {
+        reserve_touched(rows_, flush_values_ + kWidth);
+    }
     ~Operations() {
         for (auto &kv : ids_) Py_DECREF(kv.first);
         for (auto &kv : stacks_)
@@ -270,7 +282,7 @@ public:
     static nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> take_rows(std::vector<int64_t> &rows) {
         auto *data = new std::vector<int64_t>(std::move(rows));
         rows = std::vector<int64_t>();
-        rows.reserve(data->capacity());
+        reserve_touched(rows, data->capacity());
         nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
         return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
     }

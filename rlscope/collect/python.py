@@ -203,24 +203,27 @@ class TransitionCollector:
                 self._leave(info)
 
     # Flushing ---------------------------------------------------------------------------------
-    def flush_writer(self) -> None:
-        """Flush the writer from ordinary code, with recording paused meanwhile."""
+    def flush_writer(self, started_ns: int | None = None) -> None:
+        """Flush the writer from ordinary code, with recording paused meanwhile; ``started_ns``
+        as for ``TraceWriter.flush``."""
         if self._impl is not None:
-            self._drain()
+            self._drain(started_ns)
             return
         self.paused = True
         try:
-            self.writer.flush()
+            self.writer.flush(started_ns)
         finally:
             self.paused = False
 
-    def _drain(self) -> None:
-        """Move natively buffered rows into the writer and write them out."""
+    def _drain(self, started_ns: int | None = None) -> None:
+        """Move natively buffered rows into the writer and write them out. The drain is part of
+        the timed write: it prepares the next buffer's memory (``reserve_touched``)."""
+        started = time.perf_counter_ns() if started_ns is None else started_ns
         impl = self._impl
         paused, impl.paused = impl.paused, True
         try:
             self.writer.append_block(impl.drain())
-            self.writer.flush()
+            self.writer.flush(started)
         finally:
             impl.paused = paused
 

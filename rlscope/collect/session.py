@@ -233,12 +233,14 @@ class Session:
         self._ops = None
 
     def _flush(self) -> None:
-        """Write out buffered rows (called by the native recorder when its buffer is full)."""
+        """Write out buffered rows (called by the native recorder when its buffer is full); the
+        write is timed from before the drain, which prepares the next buffer's memory."""
+        started = time.perf_counter_ns()
         self.writer.append_block(self._ops.drain())
         if self._collector is not None:
-            self._collector.flush_writer()  # pauses recording: the flush's own calls are not the workload's
+            self._collector.flush_writer(started)  # pauses recording: the flush's own calls are not the workload's
         else:
-            self.writer.flush()
+            self.writer.flush(started)
 
     def set_phase(self, name: str) -> None:
         now = time.perf_counter_ns()

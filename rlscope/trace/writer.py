@@ -75,8 +75,9 @@ class TraceWriter:
         if len(self.rows) + self._block_rows >= self.chunk_events:
             self.flush()
 
-    def flush(self) -> None:
-        """Write buffered rows as one record batch and hand it to the OS."""
+    def flush(self, started_ns: int | None = None) -> None:
+        """Write buffered rows as one record batch and hand it to the OS. ``started_ns``: when the
+        write began, if before this call (draining the native buffers belongs to the write)."""
         if self._abandoned:
             self.rows.clear()
             self._blocks.clear()
@@ -84,7 +85,7 @@ class TraceWriter:
             return
         if not self.rows and not self._blocks:
             return
-        start = time.perf_counter_ns()
+        start = time.perf_counter_ns() if started_ns is None else started_ns
         parts = list(self._blocks)
         if self.rows:
             flat = np.fromiter(itertools.chain.from_iterable(self.rows), dtype=np.int64, count=_WIDTH * len(self.rows))
