@@ -215,14 +215,15 @@ class TransitionCollector:
         finally:
             self.paused = False
 
-    def _drain(self, started_ns: int | None = None) -> None:
+    def _drain(self, started_ns: int | None = None, last: bool = False) -> None:
         """Move natively buffered rows into the writer and write them out. The drain is part of
-        the timed write: it prepares the next buffer's memory (``reserve_touched``)."""
+        the timed write: it prepares the next buffer's memory (``reserve_touched``), except
+        the ``last`` one."""
         started = time.perf_counter_ns() if started_ns is None else started_ns
         impl = self._impl
         paused, impl.paused = impl.paused, True
         try:
-            self.writer.append_block(impl.drain())
+            self.writer.append_block(impl.drain(refill=not last))
             self.writer.flush(started)
         finally:
             impl.paused = paused
@@ -318,7 +319,7 @@ class TransitionCollector:
             sys.setprofile(None)
             threading.setprofile(None)  # type: ignore[arg-type]
         if self._impl is not None:
-            self._drain()
+            self._drain(last=True)
             self._impl = None
         self._active = False
         self._stacks.clear()

@@ -163,7 +163,7 @@ class Session:
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
         self._ops.close_step(self.phase, end)
         open_ops = self._ops.open_operations()
-        self.writer.append_block(self._ops.drain())
+        self.writer.append_block(self._ops.drain(refill=False))
         self._release_recorder()
         self.writer.close()
         self._meta.update(complete=True, end_ns=end, events=self.writer.events_written,
