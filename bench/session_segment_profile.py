@@ -86,9 +86,10 @@ def profile_by_offset(rows: np.ndarray) -> dict[str, list[float]]:
     """Per kind of segment, per offset bin: median over blocks of time per iteration / the
     block's unprofiled median (from 10 ms into those segments), minus one."""
     out: dict[str, list[list[float]]] = {"profiled": [], "unprofiled": []}
-    for block in range(1, int(rows[:, 0].max()) // len(PATTERN)):
-        inside = rows[(rows[:, 0] >= 4 * block) & (rows[:, 0] < 4 * block + 4)]
-        profiled = np.isin(inside[:, 0] % 4, (1, 2))
+    size = len(PATTERN)
+    for block in range(1, int(rows[:, 0].max()) // size):
+        inside = rows[(rows[:, 0] >= size * block) & (rows[:, 0] < size * (block + 1))]
+        profiled = np.array([PATTERN[int(i) % size] for i in inside[:, 0]], dtype=bool)
         reference = np.median(inside[~profiled & (inside[:, 1] >= 10), 2])
         for name, chosen in (("profiled", inside[profiled]), ("unprofiled", inside[~profiled])):
             curve = []
