@@ -5,9 +5,11 @@ and the sessions check met ±5%, so some cost of a continuously profiled process
 calibrated per-event costs. Identical processes on the lent H100 host differ by up to 25%, so
 this keeps start-ups cheap and compares many short processes: a zygote imports torch, SB3 and
 rlscope without touching CUDA and forks one child per run (each creates its own CUDA context),
-the states in a fresh random order each round.
+the states in a fresh random order each round. ``--fresh`` runs each child in a fresh
+interpreter instead (about 10 s more per child), to check that what forked children show
+carries over to processes as users start them.
 
-    python bench/ppo_cuda_process_states.py OUT_DIR SECONDS ITERATIONS STATES
+    python bench/ppo_cuda_process_states.py OUT_DIR SECONDS ITERATIONS STATES [--fresh]
 
 STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
 
@@ -20,15 +22,24 @@ STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
 - ``I`` as W, then from iteration 10 idle as calibration's unprofiled windows (hooks suspended,
   CUPTI attached with every activity kind off, the NVML sampler running); ``N`` also stops the
   sampler; ``R`` stops the session (released, as a ``--sessions`` run between sessions);
+- ``Q`` unprofiled for iterations 0-9 (never attached), profiled from 10 as L, then from
+  iteration ``IDLE_AT`` idle as I: one process's never-attached, profiled and idle iterations;
+- ``V``, ``K``, ``S``: profiled from the start with calibration's alternating windows
+  (``rlscope.collect.windows``) in the pattern of the windows check (``V``: everything off and
+  on) or of calibration (``K``: every level, the window after a switch of CUPTI's recording
+  timed; ``S``: that window left to settle, as calibration does by default); per level the
+  median time per iteration of its windows as ``windows.json`` times them;
 - ``T``, ``H``, ``A``: as W, then from iteration 6 switching per iteration, in the pattern
   ``PATTERN``, CUPTI's recording (T), the Python hooks (H) or both (A), as calibration's windows
   do; the switch itself is timed and left out.
 
 Per child one line in ``OUT_DIR/states.jsonl``: median ms per iteration over iterations 3-9
-(``pre``) and from 12 (``post``), and for T/H/A the medians per kind of iteration: ``on3`` (on,
-after two on), ``off3``, ``on_after_off``, ``off_after_on``. At the end it prints, per state,
-each round's ``post`` against U's of the same round, ``post`` against ``pre`` within a process,
-and for T/H/A each kind of iteration against ``off3`` of the same process. Needs a CUDA GPU
+(``pre``) and from 12 (``post``), over 12 to ``IDLE_AT`` - 1 (``mid``) and from ``IDLE_AT`` + 2
+(``late``), and for T/H/A the medians per kind of iteration: ``on3`` (on, after two on),
+``on2`` (on, after one on after off), ``on_after_off``, and the same for off. At the end it
+prints, per state, each round's ``post`` against U's of the same round, ``post``, ``mid`` and ``late`` against
+``pre`` and ``late`` against ``mid`` within a process (U's drift for the same stretches beside
+them), and for T/H/A each kind of iteration against ``off3`` of the same process. Needs a CUDA GPU
 (``--device cpu`` runs it anywhere, to try it out).
 """
 
@@ -40,6 +51,8 @@ import json
 import os
 import random
 import signal
+import subprocess
+import sys
 import time
 from collections import defaultdict
 from pathlib import Path
@@ -49,12 +62,17 @@ import numpy as np
 
 import rlscope
 from rlscope import api
+from rlscope.collect.windows import AlternatingWindows
 
-LATE = 10  # L, I, N, R change state at this iteration's start
+LATE = 10  # L, I, N, R, Q change state at this iteration's start
+IDLE_AT = 26  # Q goes idle at this iteration's start
 SWITCH_FROM = 6  # T, H, A switch from this iteration on
 PATTERN = (1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0)  # long runs and single iterations of each
-KINDS = {"on3": (1, 1, 1), "on_after_off": (1, 0), "off_after_on": (0, 1), "off3": (0, 0, 0)}
-STATES = "UWLCINRTHA"
+KINDS = {"on3": (1, 1, 1), "on2": (1, 1, 0), "on_after_off": (1, 0), "off_after_on": (0, 1), "off2": (0, 0, 1),
+         "off3": (0, 0, 0)}
+STATES = "UWLCINRQVKSTHA"
+ALL_LEVELS = "off,annotations,transitions,cuda_api,gpu_activities"
+WINDOW_LEVELS = {"V": "off,gpu_activities", "K": ALL_LEVELS, "S": ALL_LEVELS}
 
 
 def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
@@ -71,9 +89,9 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
 
     def change_state(iteration: int) -> None:
         session = api._bound
-        if state == "L":
+        if state == "L" or (state == "Q" and iteration == LATE):
             late.enter_context(rlscope.profile(trace))
-        elif state in "IN":
+        elif state in "INQ":
             session._collector.suspend()
             if session._gpu is not None:
                 session._gpu.record(api=False, gpu=False)
@@ -104,7 +122,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
                     spent = time.perf_counter_ns() - now
             recorded.append(on)
             switch_ns.append(spent)
-            if iteration == LATE and state in "LINR":
+            if (iteration == LATE and state in "LINRQ") or (iteration == IDLE_AT and state == "Q"):
                 change_state(iteration)
             rlscope.step()
 
@@ -112,7 +130,10 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
             return True
 
     whole = contextlib.ExitStack()
-    if state not in "UL":
+    if state in WINDOW_LEVELS:
+        os.environ[api.ENV_WINDOWS] = f"10:{WINDOW_LEVELS[state]}"
+        AlternatingWindows.settle_after_gpu_switch = state == "S"
+    if state not in "ULQ":
         whole.enter_context(rlscope.profile(trace, gpu=False if state == "C" else None))
     with whole:
         torch.set_num_threads(1)
@@ -121,7 +142,11 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         with rlscope.operation("learn"):
             model.learn(total_timesteps=64 * iterations, callback=Probe())
             late.close()
-    return {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns}
+    child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns}
+    if state in WINDOW_LEVELS:
+        (found,) = trace.rglob("windows.json")
+        child["windows"] = json.loads(found.read_text())["windows"]
+    return child
 
 
 def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str, Any]:
@@ -129,7 +154,9 @@ def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str,
     times = np.diff(np.array(child["stamps"], dtype=np.int64)) / 1e6
     times -= np.array(child["switch_ns"][:len(times)]) / 1e6
     row: dict[str, Any] = {"round": round_, "state": state, "pre": float(np.median(times[3:LATE])),
-                           "post": float(np.median(times[LATE + 2:]))}
+                           "post": float(np.median(times[LATE + 2:])),
+                           "mid": float(np.median(times[LATE + 2:IDLE_AT])),
+                           "late": float(np.median(times[IDLE_AT + 2:]))}
     if state in "THA":
         recorded = child["recorded"]
         for name, history in KINDS.items():
@@ -137,18 +164,32 @@ def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str,
                       if tuple(recorded[i - j] for j in range(len(history))) == history]
             row[name] = float(np.median(picked))
         row["switch_ms"] = float(np.median([s for s in child["switch_ns"] if s]) / 1e6)
+    if state in WINDOW_LEVELS:
+        per_level = defaultdict(list)
+        for level, start, end, count in child["windows"]:
+            per_level[level].append((end - start) / count / 1e6)
+        row.update({f"lv{level}": float(np.median(v)) for level, v in per_level.items()})
     return row
 
 
-def run_in_child(state: str, round_: int, out: Path, iterations: int, device: str) -> dict[str, Any] | None:
-    """Fork, run ``state`` in the child, wait at most 120 s; the child's summary or None."""
+def run_in_child(state: str, round_: int, out: Path, iterations: int, device: str,
+                 fresh: bool) -> dict[str, Any] | None:
+    """Fork (or with ``fresh`` start a new interpreter), run ``state`` there, wait at most 120 s
+    (180 s fresh); the child's summary or None."""
     result = out / f"child-{round_:03d}-{state}.json"
+    if fresh:
+        command = [sys.executable, __file__, str(out), "0", str(iterations), state, "--device", device,
+                   "--child", str(round_)]
+        try:
+            subprocess.run(command, timeout=180, check=False)
+        except subprocess.TimeoutExpired:
+            return None
+        return json.loads(result.read_text()) if result.exists() else None
     pid = os.fork()
     if pid == 0:
         code = 1
         try:
-            child = run_child(state, out / "traces" / f"{round_:03d}-{state}", iterations, device)
-            result.write_text(json.dumps(summarise_child(state, round_, child)))
+            write_child(state, round_, out, iterations, device)
             code = 0
         finally:
             os._exit(code)
@@ -160,6 +201,11 @@ def run_in_child(state: str, round_: int, out: Path, iterations: int, device: st
             return None
         time.sleep(0.05)
     return json.loads(result.read_text()) if result.exists() else None
+
+
+def write_child(state: str, round_: int, out: Path, iterations: int, device: str) -> None:
+    child = run_child(state, out / "traces" / f"{round_:03d}-{state}", iterations, device)
+    (out / f"child-{round_:03d}-{state}.json").write_text(json.dumps(summarise_child(state, round_, child)))
 
 
 def show(name: str, values: list[float]) -> None:
@@ -179,27 +225,41 @@ def report(rows: list[dict[str, Any]]) -> None:
         if state != "U":
             show(f"{state} post vs U post", [100 * (r[state]["post"] / r["U"]["post"] - 1)
                                              for r in by_round.values() if state in r and "U" in r])
-        show(f"{state} post vs pre", [100 * (r[state]["post"] / r[state]["pre"] - 1)
-                                      for r in by_round.values() if state in r])
+        for later, earlier in (("post", "pre"), ("mid", "pre"), ("late", "pre"), ("late", "mid")):
+            show(f"{state} {later} vs {earlier}", [100 * (r[state][later] / r[state][earlier] - 1)
+                                                   for r in by_round.values() if state in r])
+        if state in WINDOW_LEVELS:
+            for upper, lower in ((4, 1), (2, 1), (3, 2), (4, 3)):
+                high, low = f"lv{upper}", f"lv{lower}"
+                show(f"{state} level {upper} vs {lower}", [100 * (r[state][high] / r[state][low] - 1)
+                                                          for r in by_round.values()
+                                                          if state in r and {high, low} <= r[state].keys()])
         if state in "THA":
-            for kind in ("on3", "on_after_off", "off_after_on"):
+            for kind in ("on3", "on2", "on_after_off", "off_after_on", "off2"):
                 show(f"{state} {kind} vs off3", [100 * (r[state][kind] / r[state]["off3"] - 1)
-                                                 for r in by_round.values() if state in r])
+                                                 for r in by_round.values() if kind in r.get(state, {})])
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("out", type=Path)
     parser.add_argument("seconds", type=float, help="start new rounds until this much time has passed")
-    parser.add_argument("iterations", type=int, help="PPO iterations per child (at least 16)")
+    parser.add_argument("iterations", type=int, help=f"PPO iterations per child (at least {IDLE_AT + 6})")
     parser.add_argument("states", help=f"one letter per state, from {STATES}")
     parser.add_argument("--device", default="cuda")
+    parser.add_argument("--fresh", action="store_true", help="a fresh interpreter per child instead of a fork")
+    parser.add_argument("--child", type=int, metavar="ROUND", help=argparse.SUPPRESS)  # a --fresh child
     args = parser.parse_args()
     unknown = set(args.states) - set(STATES)
-    if unknown or args.iterations < 16:
-        parser.error(f"states from {STATES} (got {args.states!r}) and iterations >= 16 (got {args.iterations})")
-    import stable_baselines3  # noqa: F401  imported once here, before any fork; CUDA is left untouched
-    import torch  # noqa: F401
+    if unknown or args.iterations < IDLE_AT + 6:
+        parser.error(f"states from {STATES} (got {args.states!r}) and iterations >= {IDLE_AT + 6} "
+                     f"(got {args.iterations})")
+    if args.child is not None:
+        write_child(args.states, args.child, args.out, args.iterations, args.device)
+        return
+    if not args.fresh:
+        import stable_baselines3  # noqa: F401  imported once here, before any fork; CUDA is left untouched
+        import torch  # noqa: F401
 
     args.out.mkdir(parents=True, exist_ok=True)
     order, rows, started = list(args.states), [], time.time()
@@ -209,7 +269,7 @@ def main() -> None:
         while time.time() - started < args.seconds:
             shuffle(order)
             for state in order:
-                row = run_in_child(state, round_, args.out, args.iterations, args.device)
+                row = run_in_child(state, round_, args.out, args.iterations, args.device, args.fresh)
                 if row is None:
                     print(f"round {round_} state {state}: the child failed", flush=True)
                     continue
