@@ -13,10 +13,16 @@ switch layers at iteration boundaries (``rlscope.step()``) in windows of at leas
 - ``cuda_api``: and CUDA API calls recorded by CUPTI;
 - ``gpu_activities``: and kernels, copies and memsets (everything ``rlscope prof`` records).
 
-On Python 3.12+ a switch of the transition collector's hooks costs the code that runs next (it
-is re-instrumented and its disabled call sites re-armed: +1-4 ms on a 50-70 ms SB3 PPO
-iteration), which would read as a cost of the level switched to. There the window after such a
-switch only settles: it runs at the new level but is not recorded, and the next one is.
+Some switches cost the iterations that run next, which would read as a cost of the level
+switched to, or hide cost from the level below. The window after such a switch only settles: it
+runs at the new level but is not recorded, and the next one is. Two switches do this:
+
+- on Python 3.12+, the transition collector's hooks: the code that runs next is re-instrumented
+  and its disabled call sites re-armed (+1-4 ms on a 50-70 ms SB3 PPO iteration);
+- CUPTI's recording: on the H100, PPO on CUDA's first two iterations after it is switched off
+  run 4-8% slower than later ones. Timed, they lowered calibration's total for that workload to
+  +16% of an iteration against +26% with them left to settle and +25-27% between iterations
+  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A).
 
 The GPU layers are switched only where the process traces its GPU (CUPTI stays attached
 throughout, with every activity kind off below ``cuda_api``); elsewhere the top two levels equal
@@ -67,6 +73,8 @@ class AlternatingWindows:
     the iterations and calls ``on_window`` once a window has lasted ``window_ms``, so a step
     costs the same in every window and the switching itself falls in none."""
 
+    settle_after_gpu_switch = True  # bench/ppo_cuda_process_states.py turns it off to compare
+
     def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
         self.session = session
         self.window_ms = window_ms
@@ -75,7 +83,7 @@ class AlternatingWindows:
         self.annotations_switched: bool | None = None  # decided at the first boundary
         self._position = -1  # index into cycle of the open window; -1: before the first step()
         self._level = len(LEVELS) - 1
-        self._settling = False  # the open window follows a switch of the hooks that leaves a cost
+        self._settling = False  # the open window follows a switch that leaves a cost
         self.settled = 0  # windows left out for that
 
     def on_window(self, start_ns: int, end_ns: int, iterations: int) -> None:
@@ -114,6 +122,7 @@ class AlternatingWindows:
         gpu = session._gpu
         if gpu is not None and ((level >= 3) != (self._level >= 3) or (level >= 4) != (self._level >= 4)):
             gpu.record(api=level >= 3, gpu=level >= 4)
+            self._settling = self._settling or self.settle_after_gpu_switch
         self._level = (1 if annotate and level == 0 else level)
 
     def close(self, directory: Path) -> None:
