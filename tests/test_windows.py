@@ -125,16 +125,22 @@ class _FakeGpu:
         return {}
 
 
-def test_gpu_layers_are_recorded_exactly_in_their_windows(tmp_path, monkeypatch):
+def _windows_with_a_fake_gpu(tmp_path, monkeypatch, iterations: int) -> tuple[dict, _FakeGpu]:
+    """Every level alternated at every step() with a stand-in for CUPTI: windows.json and it."""
     from rlscope import api
 
     monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,annotations,transitions,cuda_api,gpu_activities")
     fake = _FakeGpu()
     with rlscope.profile(tmp_path, process="loop", gpu=False):
         api._bound._gpu = fake
-        _loop(400)
+        _loop(iterations)
     (process,) = read_trace(tmp_path)
-    windows = json.loads((process.directory / WINDOWS_FILE).read_text())["windows"]
+    return json.loads((process.directory / WINDOWS_FILE).read_text()), fake
+
+
+def test_gpu_layers_are_recorded_exactly_in_their_windows(tmp_path, monkeypatch):
+    saved, fake = _windows_with_a_fake_gpu(tmp_path, monkeypatch, 400)
+    windows = saved["windows"]
     assert {w[0] for w in windows} == {0, 1, 2, 3, 4}
     times = [t for t, _, _ in fake.switches]
     for level, start, _, _ in windows:
@@ -147,15 +153,7 @@ def test_gpu_layers_are_recorded_exactly_in_their_windows(tmp_path, monkeypatch)
 def test_after_a_switch_of_cuptis_recording_the_next_window_only_settles(tmp_path, monkeypatch):
     """Switching CUPTI's recording off leaves the next PPO-on-CUDA iterations slower, on the
     H100 by 4-8%; timed, those would lower the level below and hide cost from calibration."""
-    from rlscope import api
-
-    monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,annotations,transitions,cuda_api,gpu_activities")
-    fake = _FakeGpu()
-    with rlscope.profile(tmp_path, process="loop", gpu=False):
-        api._bound._gpu = fake
-        _loop(600)
-    (process,) = read_trace(tmp_path)
-    saved = json.loads((process.directory / WINDOWS_FILE).read_text())
+    saved, fake = _windows_with_a_fake_gpu(tmp_path, monkeypatch, 600)
     gpu_switches = len(fake.switches) - 2  # less the start and close()'s switch back on
     assert gpu_switches > 20 and saved["settled"] >= gpu_switches - 1  # the loop may end in the last
     cycle = [0, 1, 2, 3, 4, 4, 3, 2, 1, 0]
