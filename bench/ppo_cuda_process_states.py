@@ -36,11 +36,13 @@ STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
 Per child one line in ``OUT_DIR/states.jsonl``: median ms per iteration over iterations 3-9
 (``pre``) and from 12 (``post``), over 12 to ``IDLE_AT`` - 1 (``mid``) and from ``IDLE_AT`` + 2
 (``late``), and for T/H/A the medians per kind of iteration: ``on3`` (on, after two on),
-``on2`` (on, after one on after off), ``on_after_off``, and the same for off. At the end it
-prints, per state, each round's ``post`` against U's of the same round, ``post``, ``mid`` and ``late`` against
-``pre`` and ``late`` against ``mid`` within a process (U's drift for the same stretches beside
-them), and for T/H/A each kind of iteration against ``off3`` of the same process. Needs a CUDA GPU
-(``--device cpu`` runs it anywhere, to try it out).
+``on2`` (on, after one on after off), ``on_after_off``, and the same for off; for V/K/S the
+median per level (``lv1``..``lv4``). At the end it prints, per state, each round's ``post``
+against U's of the same round; ``post``, ``mid`` and ``late`` against ``pre`` and ``late``
+against ``mid`` within a process (U's drift for the same stretches beside them); for T/H/A each
+kind of iteration against ``off3`` of the same process; for V/K/S each level against the one
+below and everything against annotations only. Needs a CUDA GPU (``--device cpu`` runs it
+anywhere, to try it out).
 """
 
 from __future__ import annotations
