@@ -64,7 +64,7 @@ import numpy as np
 
 import rlscope
 from rlscope import api
-from rlscope.collect.windows import AlternatingWindows
+from rlscope.collect.windows import WINDOWS_FILE, AlternatingWindows
 
 LATE = 10  # L, I, N, R, Q change state at this iteration's start
 IDLE_AT = 26  # Q goes idle at this iteration's start
@@ -146,7 +146,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
             late.close()
     child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns}
     if state in WINDOW_LEVELS:
-        (found,) = trace.rglob("windows.json")
+        (found,) = trace.rglob(WINDOWS_FILE)
         child["windows"] = json.loads(found.read_text())["windows"]
     return child
 
