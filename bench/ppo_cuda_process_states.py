@@ -24,6 +24,9 @@ STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
   sampler; ``R`` stops the session (released, as a ``--sessions`` run between sessions);
 - ``Q`` unprofiled for iterations 0-9 (never attached), profiled from 10 as L, then from
   iteration ``IDLE_AT`` idle as I: one process's never-attached, profiled and idle iterations;
+- ``E`` as Q, but CUPTI attached before the CUDA context exists and idle from the start (every
+  activity kind off, hooks suspended, nothing recorded yet): whether Q's idle cost comes from
+  attaching late or from having recorded;
 - ``V``, ``K``, ``S``: profiled from the start with calibration's alternating windows
   (``rlscope.collect.windows``) in the pattern of the windows check (``V``: everything off and
   on) or of calibration (``K``: every level, the window after a switch of CUPTI's recording
@@ -66,15 +69,22 @@ import rlscope
 from rlscope import api
 from rlscope.collect.windows import WINDOWS_FILE, AlternatingWindows
 
-LATE = 10  # L, I, N, R, Q change state at this iteration's start
-IDLE_AT = 26  # Q goes idle at this iteration's start
+LATE = 10  # L, I, N, R, Q, E change state at this iteration's start
+IDLE_AT = 26  # Q and E go idle at this iteration's start
 SWITCH_FROM = 6  # T, H, A switch from this iteration on
 PATTERN = (1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0)  # long runs and single iterations of each
 KINDS = {"on3": (1, 1, 1), "on2": (1, 1, 0), "on_after_off": (1, 0), "off_after_on": (0, 1), "off2": (0, 0, 1),
          "off3": (0, 0, 0)}
-STATES = "UWLCINRQVKSTHA"
+STATES = "UWLCINRQEVKSTHA"
 ALL_LEVELS = "off,annotations,transitions,cuda_api,gpu_activities"
 WINDOW_LEVELS = {"V": "off,gpu_activities", "K": ALL_LEVELS, "S": ALL_LEVELS}
+
+
+def idle(session: Any, idle: bool) -> None:
+    """Suspend (or resume) the session's Python hooks and CUPTI's recording, CUPTI staying attached."""
+    (session._collector.suspend if idle else session._collector.resume)()
+    if session._gpu is not None:
+        session._gpu.record(api=not idle, gpu=not idle)
 
 
 def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
@@ -93,10 +103,10 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         session = api._bound
         if state == "L" or (state == "Q" and iteration == LATE):
             late.enter_context(rlscope.profile(trace))
-        elif state in "INQ":
-            session._collector.suspend()
-            if session._gpu is not None:
-                session._gpu.record(api=False, gpu=False)
+        elif state == "E" and iteration == LATE:
+            idle(session, False)
+        elif state in "INQE":
+            idle(session, True)
             if state == "N" and session._sampler is not None:
                 session._sampler.stop()
                 session._sampler = None
@@ -124,7 +134,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
                     spent = time.perf_counter_ns() - now
             recorded.append(on)
             switch_ns.append(spent)
-            if (iteration == LATE and state in "LINRQ") or (iteration == IDLE_AT and state == "Q"):
+            if (iteration == LATE and state in "LINRQE") or (iteration == IDLE_AT and state in "QE"):
                 change_state(iteration)
             rlscope.step()
 
@@ -137,6 +147,8 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         AlternatingWindows.settle_after_gpu_switch = state == "S"
     if state not in "ULQ":
         whole.enter_context(rlscope.profile(trace, gpu=False if state == "C" else None))
+        if state == "E":
+            idle(api._bound, True)
     with whole:
         torch.set_num_threads(1)
         model = stable_baselines3.PPO("MlpPolicy", "CartPole-v1", device=device, seed=0, verbose=0,
