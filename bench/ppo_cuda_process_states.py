@@ -80,11 +80,11 @@ ALL_LEVELS = "off,annotations,transitions,cuda_api,gpu_activities"
 WINDOW_LEVELS = {"V": "off,gpu_activities", "K": ALL_LEVELS, "S": ALL_LEVELS}
 
 
-def idle(session: Any, idle: bool) -> None:
+def idle(session: Any, suspended: bool) -> None:
     """Suspend (or resume) the session's Python hooks and CUPTI's recording, CUPTI staying attached."""
-    (session._collector.suspend if idle else session._collector.resume)()
+    (session._collector.suspend if suspended else session._collector.resume)()
     if session._gpu is not None:
-        session._gpu.record(api=not idle, gpu=not idle)
+        session._gpu.record(api=not suspended, gpu=not suspended)
 
 
 def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
