@@ -122,7 +122,7 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
               help="Length of the windows in which each layer is switched on and off "
                    "(at rlscope.step() boundaries).")
 @click.option("--precision", "precision_pct", type=click.FloatRange(min=0), default=0.0, show_default=True,
-              help="Add runs until the costs' 95% intervals move a corrected iteration by at most this many % "
+              help="Add runs until a corrected iteration is uncertain to at most ± this many % (95%) "
                    "(up to 4x --repetitions runs; 0: never): for workloads whose iterations outlast a window.")
 @click.option("--startup-pairs", type=click.IntRange(min=0), default=3, show_default=True,
               help="Per repetition, start-ups run uninstrumented and profiled to their first rlscope.step(), "
@@ -150,8 +150,7 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if calibration.uncertainty_pct is not None:
-        click.echo(f"their 95% intervals move a corrected iteration by at most ±{calibration.uncertainty_pct:.1f}%",
-                   err=True)
+        click.echo(f"a corrected iteration is uncertain to ±{calibration.uncertainty_pct:.1f}% (95%)", err=True)
     if any(ci is None for ci in calibration.ci95_ns.values()):
         click.echo("too little data for a confidence interval on some costs (a median needs 6 blocks of windows, "
                    "whole runs 2 repetitions); use --repetitions 3 or more, or a longer run", err=True)

@@ -180,8 +180,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
                         validation_pairs: int = 3, calibration_precision_pct: float = 0.0,
                         session_steps: int = 0, session_segment_ms: float = 100.0) -> dict[str, Any]:
-    """Calibrate (``calibration_precision_pct``: adding runs until the costs' intervals move a
-    corrected iteration by at most that, as ``rlscope calibrate --precision``), validate every
+    """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
+    uncertain to at most ± that, as ``rlscope calibrate --precision``), validate every
     way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
     reported as medians over the pairs; sessions: a run of ``session_steps``, 0 for none);
     return the errors in percent."""

@@ -57,10 +57,10 @@ from rlscope.trace.schema import Kind
 
 __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_counts", "derive_costs",
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "median_ci95", "event_times",
-           "write_time_in", "window_iteration", "correction_uncertainty_pct", "trace_iteration", "speed_factor",
-           "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE", "PROFILER_LAYER",
-           "first_step_ns", "profiled_startup", "startup_removed", "startup_cost", "applied_startup_ns",
-           "iterating_process"]
+           "write_time_in", "window_iteration", "correction_uncertainty_pct", "cost_correlation", "joint_half_width",
+           "trace_iteration", "speed_factor", "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE",
+           "PROFILER_LAYER", "first_step_ns", "profiled_startup", "startup_removed", "startup_cost",
+           "applied_startup_ns", "iterating_process"]
 
 CALIBRATION_FILE = "calibration.json"
 PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
@@ -119,8 +119,11 @@ class Calibration:
     # iteration (median over blocks) and the CPU-side events in one (``window_iteration``).
     iteration_ns: float = 0.0
     cpu_events_per_iteration: float = 0.0
-    # How far the costs' 95% intervals can move a corrected profiled iteration, in % of its time
-    # (``correction_uncertainty_pct``); None where some cost has no interval.
+    # How the costs' errors go together (``cost_correlation``: event -> event -> coefficient, from
+    # the window blocks); a pair absent is taken as 1, which makes its intervals add up (a bound).
+    correlation: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    # How uncertain a corrected profiled iteration is, in % of its time (``correction_uncertainty_pct``);
+    # None where some cost has no interval.
     uncertainty_pct: float | None = None
     # What profiling adds to the start-up (interpreter start to the first rlscope.step()) beyond
     # the costs of its counted events, with its 95% half-width (``startup_cost``); None: not measured.
@@ -141,6 +144,11 @@ class Calibration:
         except (OSError, ValueError, TypeError) as err:
             raise RlscopeError(f"{path}: not a calibration file ({err}); make one with "
                                f"`rlscope calibrate -- python train.py ARGS`") from err
+
+    def half_width_ns(self, weighted: dict[str, float]) -> float:
+        """The 95% half-width of ``sum(n x cost)`` for ``weighted`` (event -> n x its half-width):
+        ``joint_half_width`` with this calibration's correlations."""
+        return joint_half_width(weighted, self.correlation)
 
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""
@@ -272,40 +280,51 @@ def window_blocks(windows: list[list[float]]) -> list[dict[int, tuple[float, dic
     return blocks
 
 
-def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float], dict[str, float | None], int]:
-    """Per-event costs from alternating-window runs: per block, the time per iteration a level
-    adds over the level below, less the known costs of the events that also grew, divided by the
-    growth of its own events per iteration. Returns costs (the median over all blocks of all
-    runs), 95% half-widths (``median_ci95``) and the number of blocks.
+def _block_costs(block: dict[int, tuple[float, dict[str, float]]]) -> dict[str, float]:
+    """One block's costs: per level, the time per iteration it adds over the level below, less
+    the costs already known of the events that also grew, over the growth of its own events."""
+    levels = sorted(block)
+    costs: dict[str, float] = {}
+    for lo, hi in zip(levels, levels[1:]):
+        event = WINDOW_EVENTS[hi]
+        (tau_lo, eps_lo), (tau_hi, eps_hi) = block[lo], block[hi]
+        grown = eps_hi.get(event, 0.0) - eps_lo.get(event, 0.0)
+        if grown <= 0:
+            continue
+        delta = tau_hi - tau_lo - sum((eps_hi[e] - eps_lo[e]) * c for e, c in costs.items())
+        costs[event] = delta / grown
+    return costs
 
-    A layer whose events total fewer than ``MIN_EVENTS`` (annotations never switched, because
-    the loop runs inside an operation) gets no cost.
-    """
-    samples: dict[str, list[float]] = {}
+
+def _switched_events(runs: list[list[list[float]]]) -> set[str]:
+    """Event types whose layer's windows saw at least ``MIN_EVENTS`` of them: the others (e.g.
+    annotations never switched, because the loop runs inside an operation) get no cost."""
     totals: dict[str, float] = {}
-    n_blocks = 0
     for windows in runs:
-        blocks = window_blocks(windows)
-        n_blocks += len(blocks)
-        for block in blocks:
-            levels = sorted(block)
-            costs: dict[str, float] = {}
-            for lo, hi in zip(levels, levels[1:]):
-                event = WINDOW_EVENTS[hi]
-                (tau_lo, eps_lo), (tau_hi, eps_hi) = block[lo], block[hi]
-                grown = eps_hi.get(event, 0.0) - eps_lo.get(event, 0.0)
-                if grown <= 0:
-                    continue
-                delta = tau_hi - tau_lo - sum((eps_hi[e] - eps_lo[e]) * c for e, c in costs.items())
-                costs[event] = delta / grown
-                samples.setdefault(event, []).append(costs[event])
         for row in windows:
             if int(row[0]) in WINDOW_EVENTS:
                 event = WINDOW_EVENTS[int(row[0])]
                 totals[event] = totals.get(event, 0.0) + row[WINDOW_COLUMNS.index(event)]
-    samples = {e: v for e, v in samples.items() if totals.get(e, 0.0) >= MIN_EVENTS}
+    return {e for e, total in totals.items() if total >= MIN_EVENTS}
+
+
+def derive_window_costs(runs: list[list[list[float]]]) -> tuple[dict[str, float], dict[str, float | None], int]:
+    """Per-event costs from alternating-window runs: per block, the time per iteration a level
+    adds over the level below, less the known costs of the events that also grew, divided by the
+    growth of its own events per iteration (``_block_costs``). Returns costs (the median over all
+    blocks of all runs), 95% half-widths (``median_ci95``) and the number of blocks.
+
+    A layer whose events total fewer than ``MIN_EVENTS`` gets no cost (``_switched_events``).
+    """
+    blocks = [block for windows in runs for block in window_blocks(windows)]
+    switched = _switched_events(runs)
+    samples: dict[str, list[float]] = {}
+    for block in blocks:
+        for event, cost in _block_costs(block).items():
+            if event in switched:
+                samples.setdefault(event, []).append(cost)
     stats = {e: median_ci95(v) for e, v in samples.items()}
-    return {e: m for e, (m, _) in stats.items()}, {e: h for e, (_, h) in stats.items()}, n_blocks
+    return {e: m for e, (m, _) in stats.items()}, {e: h for e, (_, h) in stats.items()}, len(blocks)
 
 
 def event_times(events: pd.DataFrame) -> list[np.ndarray]:
@@ -354,33 +373,68 @@ def window_iteration(runs: list[list[list[float]]]) -> tuple[float, float]:
             float(np.median([sum(eps.get(e, 0.0) for e in _CPU_EVENTS) for _, eps in tops])))
 
 
-def correction_uncertainty_pct(runs: list[list[list[float]]], ci95_ns: dict[str, float | None]
-                               ) -> float | None:
-    """How far the costs' 95% intervals can move the corrected time of a profiled iteration, in %
-    of it: per block, the events of each type per iteration of the top level times its cost's
-    half-width, summed over types (a bound: the intervals are not independent), against the
-    iteration's time; the median over blocks. None without blocks, or where an event type that
-    happens has a cost without an interval.
+BOOTSTRAP_RESAMPLES = 2000
+
+
+def cost_correlation(runs: list[list[list[float]]]) -> dict[str, dict[str, float]]:
+    """How the window costs' errors go together: the correlation of their medians over 2000
+    bootstrap resamples of whole blocks (each block gives every cost at once), event -> event ->
+    coefficient. Empty with fewer than 6 blocks.
+
+    Why: the costs of adjacent layers come from one shared level's time with opposite signs (SB3
+    PPO on CUDA: a slow level 3 raises the CUDA API call's cost and lowers the GPU record's), so
+    what a correction removes for both is surer than either cost alone. Adding their intervals,
+    as calibration did until 2026-11-23, put a 9-block calibration of PPO on CUDA at ±34% of an
+    iteration."""
+    blocks = [block for windows in runs for block in window_blocks(windows)]
+    events = sorted(_switched_events(runs))
+    if len(blocks) < 6 or len(events) < 2:
+        return {}
+    costs = np.array([[_block_costs(block).get(e, np.nan) for e in events] for block in blocks])
+    picks = np.random.default_rng(0).integers(0, len(blocks), size=(BOOTSTRAP_RESAMPLES, len(blocks)))
+    with warnings.catch_warnings():  # a resample without any block of some layer: dropped below
+        warnings.simplefilter("ignore", RuntimeWarning)
+        medians = np.nanmedian(costs[picks], axis=1)
+        matrix = np.corrcoef(medians[~np.isnan(medians).any(axis=1)], rowvar=False)
+    return {a: {b: float(matrix[i, j]) for j, b in enumerate(events) if not np.isnan(matrix[i, j])}
+            for i, a in enumerate(events)}
+
+
+def joint_half_width(weighted: dict[str, float], correlation: dict[str, dict[str, float]]) -> float:
+    """The 95% half-width of a sum of costs times counts, from each term's own half-width
+    (``weighted``: event -> count x the cost's half-width) and the costs' correlations:
+    ``sqrt(w' R w)``. A pair without a coefficient counts as 1, so their half-widths add up."""
+    events = list(weighted)
+    total = sum(weighted[a] * weighted[b] * (1.0 if a == b else correlation.get(a, {}).get(b, 1.0))
+                for a in events for b in events)
+    return math.sqrt(max(total, 0.0))
+
+
+def correction_uncertainty_pct(runs: list[list[list[float]]], ci95_ns: dict[str, float | None],
+                               correlation: dict[str, dict[str, float]]) -> float | None:
+    """How uncertain the correction of a profiled iteration is, in % of its time: for the top
+    level's median events per iteration, the 95% half-width of ``sum(events x cost)``
+    (``joint_half_width`` with the costs' ``correlation``), against that level's median time
+    per iteration. None without blocks, or where an event type that happens has a cost without
+    an interval.
 
     Why: this, not the number of blocks, says whether a calibration can resolve a few % at all.
     SB3 PPO on CUDA (~160 ms iterations, 6 blocks per run) had its CUDA API cost to ±0.35 µs in
     one calibration of 48 blocks and to ±1.5 µs in another, and its windows check missed by -12%
     in the second."""
-    shares = []
-    for windows in runs:
-        for block in window_blocks(windows):
-            tau, eps = block[max(block)]
-            bound = 0.0
-            for event, per_iteration in eps.items():
-                if event not in ci95_ns or per_iteration <= 0:
-                    continue  # no cost for it: the correction does not touch it
-                half = ci95_ns[event]
-                if half is None:
-                    return None
-                bound += per_iteration * half
-            if tau > 0:
-                shares.append(100 * bound / tau)
-    return float(np.median(shares)) if shares else None
+    tops = [block[max(block)] for windows in runs for block in window_blocks(windows)]
+    if not tops:
+        return None
+    weighted = {}
+    for event, half in ci95_ns.items():
+        per_iteration = float(np.median([eps.get(event, 0.0) for _, eps in tops]))
+        if per_iteration <= 0:
+            continue  # it does not happen (or has no cost): the correction does not touch it
+        if half is None:
+            return None
+        weighted[event] = per_iteration * half
+    tau = float(np.median([t for t, _ in tops]))
+    return 100 * joint_half_width(weighted, correlation) / tau if tau > 0 else None
 
 
 def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float, float] | None:
@@ -501,8 +555,9 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     the events recorded in it, taken from the layer the events inflate (CPU-only rows first,
     then rows that overlap the GPU), never below zero; rlscope's own trace writes (the
     ``Profiler`` layer, timed as they happened) are removed whole. Also ``overhead_ns``: what
-    was removed, and ``uncertainty_ns``: how far the costs' 95% intervals can move the
-    correction (count x half-width, on the row the removal started from).
+    was removed, and ``uncertainty_ns``: the 95% half-width of what was removed per operation
+    and layer (``Calibration.half_width_ns``, on the row the removal started from; summed over
+    rows, a bound).
 
     ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
     scales the costs of the CPU-side events (annotations, intercepted calls).
@@ -516,6 +571,8 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     counts = transitions.set_index(keys + ["transition"])["count"] if not transitions.empty else None
     out["uncertainty_ns"] = 0.0
     costs = applied_costs(calibration.costs_ns, speed)
+    # (operation key, layer) -> ns removed, and per event its count x half-width
+    removals: dict[tuple[Any, str], tuple[float, dict[str, float]]] = {}
     for event, (rows, layer) in EVENTS.items():
         cost = costs[event]
         if cost == 0.0 or counts is None:
@@ -523,8 +580,13 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
         half = (calibration.ci95_ns.get(event) or 0.0) * (speed if layer == "Python" else 1.0)
         per_op = counts[counts.index.get_level_values("transition").isin(rows)].groupby(level=keys).sum()
         for key, n in per_op.items():
-            match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
-            _take(out, sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])), n * cost, n * half)
+            removed, weighted = removals.setdefault((key, layer), (0.0, {}))
+            weighted[event] = n * half
+            removals[(key, layer)] = (removed + n * cost, weighted)
+    for (key, layer), (removed, weighted) in removals.items():
+        match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
+        _take(out, sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])), removed,
+              calibration.half_width_ns(weighted))
     remove, half = applied_startup_ns(calibration, speed)
     if startup_process is not None and remove > 0:
         match = ((out["process"] == startup_process) & (out["thread"] == "main") & (out["operation"] == UNANNOTATED)

@@ -32,6 +32,7 @@ from rlscope.analyze.calibration import (
     GPU_CONFIGS,
     Calibration,
     correction_uncertainty_pct,
+    cost_correlation,
     derive_costs,
     derive_window_costs,
     event_counts,
@@ -107,8 +108,8 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     """Run the configurations ``repetitions`` times; returns the calibration (also saved to
     ``output/calibration.json``) and the failed runs' descriptions.
 
-    ``precision_pct``: with alternating windows, add runs until the costs' 95% intervals move a
-    corrected iteration by at most this many % (``correction_uncertainty_pct``), up to
+    ``precision_pct``: with alternating windows, add runs until a corrected
+    iteration is uncertain to at most ± this many % (``correction_uncertainty_pct``), up to
     MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose iterations outlast a
     window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run), too few for costs
     that a check at ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs.
@@ -220,6 +221,8 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
     alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
     whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP, PROFILED_STARTUP)]
     costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
+    correlation = cost_correlation(alternating) if alternating else {}
+    uncertainty = correction_uncertainty_pct(alternating, ci, correlation) if alternating else None
     reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
     if whole:
         more, more_ci, reps_whole = derive_costs(whole, known=costs)
@@ -232,5 +235,5 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
     startup, startup_ci = startup_cost(pairs, costs)
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
                        blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
-                       uncertainty_pct=correction_uncertainty_pct(alternating, ci) if alternating else None,
+                       correlation=correlation, uncertainty_pct=uncertainty,
                        startup_ns=startup, startup_ci95_ns=startup_ci)

@@ -21,7 +21,7 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     uncorrected error beside it), on whole runs from their first step (start-up left out) and on
     alternating windows of one run and on sessions started and stopped in segments of one run
     (each run's median over blocks, averaged; the mean of the runs' 95% intervals); beside them,
-    how far the calibration's own intervals can move the correction
+    how uncertain the correction of an iteration is from the calibration alone
     (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded."""
     ok = results[results["status"] == "ok"]
     columns = [c for c in ("raw_error_pct", "corrected_error_pct", "steady_corrected_error_pct",
@@ -42,7 +42,7 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
         err = intervals[column] if column in intervals else stats[(column, "std")]
         ax.bar(x + (i - (len(columns) - 1) / 2) * width, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3,
                label=label, color=color)
-    if "calibration_uncertainty_pct" in ok.columns:  # how far the costs' own intervals can move the correction
+    if "calibration_uncertainty_pct" in ok.columns:  # the correction's own 95% uncertainty
         spread = ok.groupby("workload")["calibration_uncertainty_pct"].median().reindex(stats.index)
         if spread.notna().any():
             ax.errorbar(x + 0.45, np.zeros(len(x)), yerr=spread.fillna(0).to_numpy(), fmt="none", ecolor="black",
