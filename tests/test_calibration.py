@@ -617,3 +617,20 @@ def test_overhead_figure_shows_the_calibrations_own_uncertainty_where_reported()
     session_bars = fig.axes[0].containers[-1]  # drawn last: mean of the runs' medians, mean interval
     assert [round(b.get_height(), 6) for b in session_bars] == [2.0, -3.0]
     assert [round(s[1][1] - s[0][1], 6) for s in session_bars.errorbar.lines[2][0].get_segments()] == [6.0, 2.0]
+
+
+def test_a_reused_calibration_must_be_of_the_workload_and_of_another_length(tmp_path):
+    from experiments.overhead.validate import reused_calibration
+
+    path = tmp_path / "calibration.json"
+    calibration = _calibration(annotation=100)
+    for command, error in ((["python", "-m", "experiments.overhead.loops", "jax_loop", "100000"], "not for gym_numpy"),
+                           (["python", "train.py"], "not for gym_numpy"),
+                           (["python", "-m", "experiments.overhead.loops", "gym_numpy", "200000"], "another length")):
+        calibration.command = command
+        calibration.save(path)
+        with pytest.raises(ValueError, match=error):
+            reused_calibration(path, "gym_numpy", 200_000)
+    calibration.command = ["python", "-m", "experiments.overhead.loops", "gym_numpy", "100000"]
+    calibration.save(path)
+    assert reused_calibration(path, "gym_numpy", 200_000).costs_ns == {"annotation": 100}

@@ -44,7 +44,7 @@ import numpy as np
 from rlscope.errors import SkipRun
 
 __all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
-           "unprofiled_windows_slowdown", "session_errors"]
+           "unprofiled_windows_slowdown", "session_errors", "reused_calibration"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
@@ -179,9 +179,12 @@ def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
                         validation_pairs: int = 3, calibration_precision_pct: float = 0.0,
-                        session_steps: int = 0, session_segment_ms: float = 100.0) -> dict[str, Any]:
+                        session_steps: int = 0, session_segment_ms: float = 100.0,
+                        calibration_file: str | None = None) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
-    uncertain to at most ± that, as ``rlscope calibrate --precision``), validate every
+    uncertain to at most ± that, as ``rlscope calibrate --precision``; ``calibration_file``: use
+    a calibration made earlier by ``rlscope calibrate`` of this workload instead, e.g. one too
+    long to make in the same sitting, whose ``calibration_*`` parameters then do not apply), validate every
     way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
     reported as medians over the pairs; sessions: a run of ``session_steps``, 0 for none);
     return the errors in percent."""
@@ -210,15 +213,20 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                 raise RuntimeError(f"{name} run failed: {(root / f'{name}.log').read_text()[-2000:]}")
             return root / name
 
-        calibration, failures = calibrate(command + [str(calibration_steps)], root / "calibration",
-                                          calibration_repetitions, gpu=gpu, progress=lambda line: None,
-                                          window_ms=window_ms, precision_pct=calibration_precision_pct)
-        if failures:
-            raise RuntimeError("calibration runs failed: " + "; ".join(failures))
+        if calibration_file:
+            calibration_path = Path(calibration_file)
+            calibration = reused_calibration(calibration_path, workload, validation_steps)
+        else:
+            calibration_path = root / "calibration" / CALIBRATION_FILE
+            calibration, failures = calibrate(command + [str(calibration_steps)], calibration_path.parent,
+                                              calibration_repetitions, gpu=gpu, progress=lambda line: None,
+                                              window_ms=window_ms, precision_pct=calibration_precision_pct)
+            if failures:
+                raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         base = read_trace(run("base0", wall_only=True))
         pairs = []
         for i in range(validation_pairs):
-            tables = analyze_trace(run(f"profiled{i}", gpu=gpu), root / "calibration" / CALIBRATION_FILE)
+            tables = analyze_trace(run(f"profiled{i}", gpu=gpu), calibration_path)
             base_again = read_trace(run(f"base{i + 1}", wall_only=True))
             pairs.append(whole_run_pair(base, base_again, read_trace(root / f"profiled{i}"), tables, calibration))
             base = base_again
@@ -237,6 +245,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
+        "calibration_runs": len([r for r in calibration.runs if r["config"] == "windows"]),
         "startup_cost_s": calibration.startup_ns / 1e9 if calibration.startup_ns is not None else float("nan"),
         "startup_cost_ci95_s": (calibration.startup_ci95_ns / 1e9 if calibration.startup_ci95_ns is not None
                                 else float("nan")),
@@ -245,6 +254,24 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }
+
+
+def reused_calibration(path: Path, workload: str, validation_steps: int) -> Any:
+    """A calibration made earlier (``rlscope calibrate -- python -m experiments.overhead.loops
+    WORKLOAD STEPS``), checked to be of ``workload`` and of another length than the validation,
+    as the check requires."""
+    from rlscope.analyze.calibration import Calibration
+
+    calibration = Calibration.load(path)
+    command = calibration.command
+    if command[-3:-1] != ["experiments.overhead.loops", workload] or not command[-1].isdigit():
+        raise ValueError(f"calibration_file {path}: made with {' '.join(command) or 'no command'!r}, not for "
+                         f"{workload}; calibrate with `rlscope calibrate -- python -m experiments.overhead.loops "
+                         f"{workload} STEPS`")
+    if int(command[-1]) == validation_steps:
+        raise ValueError(f"calibration_file {path}: made at {validation_steps} steps, the validation's length; "
+                         f"the check needs a calibration of another length (e.g. half)")
+    return calibration
 
 
 def _run_sessions(command: list[str], root: Path, gpu: bool) -> None:
