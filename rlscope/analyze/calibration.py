@@ -145,11 +145,6 @@ class Calibration:
             raise RlscopeError(f"{path}: not a calibration file ({err}); make one with "
                                f"`rlscope calibrate -- python train.py ARGS`") from err
 
-    def half_width_ns(self, weighted: dict[str, float]) -> float:
-        """The 95% half-width of ``sum(n x cost)`` for ``weighted`` (event -> n x its half-width):
-        ``joint_half_width`` with this calibration's correlations."""
-        return joint_half_width(weighted, self.correlation)
-
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""
         trace_machine = {"host": meta.get("host"), "rlscope": meta.get("rlscope_version")}
@@ -381,11 +376,10 @@ def cost_correlation(runs: list[list[list[float]]]) -> dict[str, dict[str, float
     bootstrap resamples of whole blocks (each block gives every cost at once), event -> event ->
     coefficient. Empty with fewer than 6 blocks.
 
-    Why: the costs of adjacent layers come from one shared level's time with opposite signs (SB3
-    PPO on CUDA: a slow level 3 raises the CUDA API call's cost and lowers the GPU record's), so
-    what a correction removes for both is surer than either cost alone. Adding their intervals,
-    as calibration did until 2026-11-23, put a 9-block calibration of PPO on CUDA at ±34% of an
-    iteration."""
+    Why: adding the costs' intervals, as calibration did until 2026-11-23, assumes they all err
+    the same way at once. Over resampled blocks they are nearly independent (SB3 PPO on CUDA:
+    -0.05 to -0.36), adjacent layers' costs sharing one level's time with opposite signs; so a
+    90-block calibration of PPO on CUDA is uncertain to ±5.2% of an iteration, not ±11.8%."""
     blocks = [block for windows in runs for block in window_blocks(windows)]
     events = sorted(_switched_events(runs))
     if len(blocks) < 6 or len(events) < 2:
@@ -556,7 +550,7 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     then rows that overlap the GPU), never below zero; rlscope's own trace writes (the
     ``Profiler`` layer, timed as they happened) are removed whole. Also ``overhead_ns``: what
     was removed, and ``uncertainty_ns``: the 95% half-width of what was removed per operation
-    and layer (``Calibration.half_width_ns``, on the row the removal started from; summed over
+    and layer (``joint_half_width``, on the row the removal started from; summed over
     rows, a bound).
 
     ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
@@ -586,7 +580,7 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
     for (key, layer), (removed, weighted) in removals.items():
         match = (out[keys] == pd.Series(key, index=keys)).all(axis=1) & (out["cpu"] == layer)
         _take(out, sorted(out.index[match], key=lambda i: bool(out.at[i, "gpu"])), removed,
-              calibration.half_width_ns(weighted))
+              joint_half_width(weighted, calibration.correlation))
     remove, half = applied_startup_ns(calibration, speed)
     if startup_process is not None and remove > 0:
         match = ((out["process"] == startup_process) & (out["thread"] == "main") & (out["operation"] == UNANNOTATED)
