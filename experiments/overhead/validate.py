@@ -213,9 +213,12 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                 raise RuntimeError(f"{name} run failed: {(root / f'{name}.log').read_text()[-2000:]}")
             return root / name
 
-        if calibration_file:
+        reused: dict[str, Any] = {}
+        if calibration_file:  # the results say how it was made, not what the manifest asked
             calibration_path = Path(calibration_file)
             calibration = reused_calibration(calibration_path, workload, validation_steps)
+            reused = {"calibration_steps": int(calibration.command[-1]),
+                      "calibration_repetitions": calibration.repetitions, "calibration_precision_pct": float("nan")}
         else:
             calibration_path = root / "calibration" / CALIBRATION_FILE
             calibration, failures = calibrate(command + [str(calibration_steps)], calibration_path.parent,
@@ -239,6 +242,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
             _run_sessions(command + [str(session_steps), "--segment-ms", f"{session_segment_ms:g}"], root, gpu)
             sessions = session_errors(root / "sessions", calibration)
     return {
+        **reused,
         **sessions,
         **whole,
         **window_errors(windows, calibration.costs_ns, window_speed or 1.0),
