@@ -634,3 +634,70 @@ def test_a_reused_calibration_must_be_of_the_workload_and_of_another_length(tmp_
     calibration.command = ["python", "-m", "experiments.overhead.loops", "gym_numpy", "100000"]
     calibration.save(path)
     assert reused_calibration(path, "gym_numpy", 200_000).costs_ns == {"annotation": 100}
+
+
+def test_a_cached_calibration_is_made_once_per_command_and_machine(tmp_path, monkeypatch):
+    import rlscope.collect.calibrate as calibrate_module
+
+    made = []
+
+    def fake_calibrate(command, output, progress=None, **options):
+        made.append(command)
+        calibration = _calibration(python_call=1000.0)
+        calibration.command = list(command)
+        output.mkdir(parents=True, exist_ok=True)
+        calibration.save(output / "calibration.json")
+        return calibration, []
+
+    monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
+    def sized(n):
+        return lambda: ["python", "loop.py", "--iterations", str(n)]
+
+    first, path = calibrate_module.cached_calibration(["python", "loop.py"], sized(100), tmp_path, startup_pairs=0)
+    again, same = calibrate_module.cached_calibration(["python", "loop.py"], sized(300), tmp_path, startup_pairs=0)
+    assert made == [["python", "loop.py", "--iterations", "100"]]  # another length, same workload: reused
+    assert same == path and again.costs_ns == first.costs_ns == {"python_call": 1000.0}
+    calibrate_module.cached_calibration(["python", "other.py"], sized(100), tmp_path, startup_pairs=0)
+    calibrate_module.cached_calibration(["python", "loop.py"], sized(100), tmp_path, startup_pairs=1)  # other options
+    assert len(made) == 3 and len(list(tmp_path.iterdir())) == 3
+
+
+def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
+    import rlscope.collect.calibrate as calibrate_module
+
+    def failing(command, output, progress=None, **options):
+        output.mkdir(parents=True, exist_ok=True)
+        _calibration(python_call=1.0).save(output / "calibration.json")
+        return _calibration(python_call=1.0), ["repetition 1, windows: exit 1 (see log.txt)"]
+
+    monkeypatch.setattr(calibrate_module, "calibrate", failing)
+    with pytest.raises(RlscopeError, match="calibration runs failed: repetition 1"):
+        calibrate_module.cached_calibration(["python", "loop.py"], lambda: ["python", "loop.py"], tmp_path)
+    assert not list(tmp_path.glob("*/calibration.json"))
+
+
+def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from experiments.datacollection.profiled import profiled_collection
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
+    layers = {row["layer"]: row for row in result["rows"] if row["table"] == "breakdown"}
+    assert all(0 <= r["corrected_seconds_per_iteration"] <= r["seconds_per_iteration"] for r in layers.values())
+    assert layers["Python"]["corrected_seconds_per_iteration"] < layers["Python"]["seconds_per_iteration"]
+    assert sum(r["corrected_share"] for r in layers.values()) == pytest.approx(1.0)
+    assert 0 < result["calibration_uncertainty_pct"] < 100
+    profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
+    assert len(list((tmp_path / "rlscope" / "calibration").iterdir())) == 1  # the second run reused it
+
+
+def test_the_breakdown_figure_says_whether_it_is_corrected():
+    from rlscope.plot.datacollection import breakdown_vs_fused_steps
+
+    rows = pd.DataFrame([{"status": "ok", "table": "breakdown", "backend": "torch", "num_envs": 16, "fused_steps": k,
+                          "layer": layer, "seconds_per_iteration": s, "corrected_seconds_per_iteration": s / 2}
+                         for k in (1, 10) for layer, s in (("Python", 2e-4), ("Backend", 1e-4))])
+    title = breakdown_vs_fused_steps(rows, {"scale": "quick"})._suptitle.get_text()
+    assert "corrected for profiling's overhead" in title
+    raw = breakdown_vs_fused_steps(rows.drop(columns="corrected_seconds_per_iteration"), {"scale": "quick"})
+    assert "as profiled, overhead included" in raw._suptitle.get_text()

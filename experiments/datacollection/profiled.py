@@ -6,7 +6,9 @@ Python call (paper Fig. 5) and how many transitions each call makes (Fig. 6).
 runs ITERATIONS calls of ``rollout(policy, K)`` (each one ``rlscope.step()`` and one
 ``data_collection`` operation) after an unannotated warm-up call that compiles. The workload
 function runs that command under ``rlscope prof``, analyses the trace and returns one row per
-layer of the time breakdown and one per transition type, per iteration.
+layer of the time breakdown and one per transition type, per iteration. With ``calibrate: true``
+in the manifest's params it also corrects the breakdown for profiling's own overhead, with a
+calibration of the same loop made once per machine (``rlscope.collect.calibrate.cached_calibration``).
 """
 
 from __future__ import annotations
@@ -24,6 +26,10 @@ __all__ = ["profiled_collection", "collect_loop", "OPERATION"]
 
 OPERATION = "data_collection"
 SKIPPED_EXIT = 3  # the loop's exit code when its backend cannot run here (reason on stderr's last line)
+# Calibration runs of the loop last about this long (judged from the first profiled run of its
+# configuration, which all its runs then share), enough for ~100 blocks of 10 ms windows, and at
+# least twice as long as the profiled run: correction is checked on runs of another length.
+CALIBRATION_SECONDS = 8.0
 
 
 def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int, device: str) -> None:
@@ -48,9 +54,10 @@ def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int,
 
 
 def profiled_collection(backend: str, num_envs: int, fused_steps: int, iterations: int = 20,
-                        device: str = "auto", timeout_s: float = 600) -> dict[str, Any]:
+                        device: str = "auto", timeout_s: float = 600, calibrate: bool = False) -> dict[str, Any]:
     """Profile :func:`collect_loop`; rows of the breakdown (seconds and share per layer, per
-    iteration) and of the transitions (count per iteration)."""
+    iteration; with ``calibrate`` also corrected for profiling's overhead) and of the
+    transitions (count per iteration)."""
     from experiments.datacollection.collect import resolve_device
     from rlscope.analyze import analyze_trace
     from rlscope.collect.launch import run_profiled
@@ -59,6 +66,7 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
     device = resolve_device(device)
     command = [sys.executable, "-m", "experiments.datacollection.profiled", backend, str(num_envs),
                str(fused_steps), str(iterations), device]
+    calibration, calibration_path = None, None
     with tempfile.TemporaryDirectory(prefix="rlscope-collect-") as tmp:
         log_path = Path(tmp) / "log.txt"
         with log_path.open("w") as log:
@@ -69,7 +77,9 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
             if code == SKIPPED_EXIT:
                 raise SkipRun(text.strip().splitlines()[-1])
             raise RuntimeError(f"profiled loop failed (exit {code}):\n{text[-3000:]}")
-        tables = analyze_trace(trace)
+        if calibrate:
+            calibration, calibration_path = _calibration(command, trace, iterations, device, timeout_s)
+        tables = analyze_trace(trace, calibration_path)
     frame = tables["breakdown"]
     ours = frame[(frame["thread"] == "main") & (frame["operation"] == OPERATION)].copy()
     ours["layer"] = [stack_label(c, g) for c, g in zip(ours["cpu"], ours["gpu"])]
@@ -80,13 +90,43 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
          "share": seconds / total if total else float("nan")}
         for layer, seconds in per_layer.items()
     ]
+    extra: dict[str, Any] = {}
+    if calibration is not None:  # the same layers with profiling's overhead taken out
+        corrected = ours.groupby("layer")["corrected_ns"].sum() / 1e9
+        for row in rows:
+            row["corrected_seconds_per_iteration"] = corrected[row["layer"]] / iterations
+            row["corrected_share"] = corrected[row["layer"]] / corrected.sum() if corrected.sum() else float("nan")
+        extra = {"corrected_iteration_s": float(corrected.sum()) / iterations,
+                 "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
+                                                 else float("nan"))}
     counts = tables["transitions"]
     counts = counts[(counts["thread"] == "main") & (counts["operation"] == OPERATION)]
     for transition, group in counts.groupby("transition"):
         rows.append({"table": "transitions", "transition": transition,
                      "per_iteration": float(group["count"].sum()) / iterations})
-    return {"rows": rows, "device": device, "python": platform.python_version(), "iteration_s": total / iterations,
+    return {"rows": rows, **extra, "device": device, "python": platform.python_version(),
+            "iteration_s": total / iterations,
             "steps_per_s": num_envs * fused_steps * iterations / total if total else float("nan")}
+
+
+def _calibration(command: list[str], trace: Path, iterations: int, device: str, timeout_s: float) -> tuple[Any, Path]:
+    """The calibration of this loop on this machine (made once, then cached), with runs of about
+    ``CALIBRATION_SECONDS``, judged by the profiled run's iterations."""
+    import math
+
+    from rlscope.analyze.calibration import trace_iteration
+    from rlscope.collect.calibrate import cached_calibration
+    from rlscope.trace.reader import read_trace
+
+    def sized() -> list[str]:
+        measured = trace_iteration(read_trace(trace))
+        if measured is None or measured[0] <= 0:
+            raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
+        length = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9)))
+        return command[:-2] + [str(length), device]
+
+    return cached_calibration(command[:-2] + [device], sized, startup_pairs=0, gpu=device.startswith("cuda"),
+                              timeout_s=timeout_s)
 
 
 def main(argv: list[str]) -> int:

@@ -18,7 +18,9 @@ its log; the others are kept and used.
 
 from __future__ import annotations
 
+import hashlib
 import json
+import os
 import subprocess
 from collections.abc import Callable
 from pathlib import Path
@@ -49,7 +51,7 @@ from rlscope.analyze.calibration import (
 from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
 from rlscope.errors import RlscopeError
 
-__all__ = ["calibrate", "measure_run", "measure_windows", "WINDOW_MS"]
+__all__ = ["calibrate", "cached_calibration", "calibration_cache_dir", "measure_run", "measure_windows", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 WINDOWS = "windows"  # the configuration name of an alternating run
@@ -237,3 +239,33 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
                        blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
                        correlation=correlation, uncertainty_pct=uncertainty,
                        startup_ns=startup, startup_ci95_ns=startup_ci)
+
+
+def calibration_cache_dir() -> Path:
+    """Where ``cached_calibration`` keeps calibrations: ``$XDG_CACHE_HOME/rlscope/calibration``
+    (``~/.cache/...`` by default)."""
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlscope" / "calibration"
+
+
+def cached_calibration(identity: list[str], command: Callable[[], list[str]], cache_dir: Path | None = None,
+                       **options: Any) -> tuple[Calibration, Path]:
+    """The calibration of a workload on this machine and rlscope version with ``options`` (those
+    of ``calibrate``), made the first time it is asked for and reused after: a manifest's runs
+    that profile the same workload calibrate once. Returns it and its ``calibration.json``.
+
+    ``identity``: what tells workloads apart (their command, less what only sizes a run);
+    ``command``: makes the command to calibrate, called only when nothing is cached, so that a
+    length judged from a noisy timing does not make a new calibration each time.
+
+    Why a cache keyed by machine and version: per-event costs carry over between runs of one
+    workload on one machine, not to another machine or rlscope version (``check_fits`` warns)."""
+    key = json.dumps({"workload": identity, "machine": machine_fingerprint(), "options": options}, sort_keys=True)
+    directory = (cache_dir or calibration_cache_dir()) / hashlib.sha256(key.encode()).hexdigest()[:16]
+    path = directory / CALIBRATION_FILE
+    if path.exists():
+        return Calibration.load(path), path
+    calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
+    if failures:
+        path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
+        raise RlscopeError("calibration runs failed: " + "; ".join(failures))
+    return calibration, path

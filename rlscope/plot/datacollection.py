@@ -31,13 +31,16 @@ def _subtitle(meta: Mapping[str, Any], ok: pd.DataFrame) -> str:
 
 
 def breakdown_vs_fused_steps(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
-    """Fig. 5: share of each iteration's time per layer (stacked to 100%) against K."""
+    """Fig. 5: share of each iteration's time per layer (stacked to 100%) against K; corrected for
+    profiling's overhead where the runs were calibrated (``calibrate: true``)."""
     ok = _ok(results)
     ok = ok[ok["table"] == "breakdown"]
+    corrected = "corrected_seconds_per_iteration" in ok and ok["corrected_seconds_per_iteration"].notna().all()
+    column = "corrected_seconds_per_iteration" if corrected else "seconds_per_iteration"
     panels = list(ok.groupby("backend", sort=True))
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.5, 5.5 * len(panels)), 4.6), squeeze=False)
     for ax, (backend, group) in zip(axes[0], panels):
-        table = group.pivot_table(index="fused_steps", columns="layer", values="seconds_per_iteration",
+        table = group.pivot_table(index="fused_steps", columns="layer", values=column,
                                   aggfunc="mean", fill_value=0).sort_index()
         shares = table.div(table.sum(axis=1), axis=0) * 100
         labels = [str(k) for k in shares.index]
@@ -56,8 +59,9 @@ def breakdown_vs_fused_steps(results: pd.DataFrame, meta: Mapping[str, Any]) -> 
         ax.set_ylim(0, 135)
     handles, labels = axes[0][0].get_legend_handles_labels()
     fig.legend(handles, labels, title="resources in use", loc="upper right", fontsize=8, title_fontsize=8)
-    fig.suptitle("Data-collection time breakdown (rlscope) vs steps per call\n" + _subtitle(meta, _ok(results)),
-                 fontsize=10)
+    what = "corrected for profiling's overhead" if corrected else "as profiled, overhead included"
+    fig.suptitle(f"Data-collection time breakdown (rlscope) vs steps per call\n{what}; "
+                 + _subtitle(meta, _ok(results)), fontsize=10)
     note_skipped(fig, results, "backend")
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     return fig
