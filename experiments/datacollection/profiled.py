@@ -93,10 +93,11 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
     extra: dict[str, Any] = {}
     if calibration is not None:  # the same layers with profiling's overhead taken out
         corrected = ours.groupby("layer")["corrected_ns"].sum() / 1e9
+        corrected_total = float(corrected.sum())
         for row in rows:
             row["corrected_seconds_per_iteration"] = corrected[row["layer"]] / iterations
-            row["corrected_share"] = corrected[row["layer"]] / corrected.sum() if corrected.sum() else float("nan")
-        extra = {"corrected_iteration_s": float(corrected.sum()) / iterations,
+            row["corrected_share"] = corrected[row["layer"]] / corrected_total if corrected_total else float("nan")
+        extra = {"corrected_iteration_s": corrected_total / iterations,
                  "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
                                                  else float("nan"))}
     counts = tables["transitions"]
