@@ -100,14 +100,19 @@ def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monk
         # A window's last kernel may still be finishing as the next window begins: allow one.
         assert (apis >= iterations) if level >= 3 else apis <= len(rows), (level, apis, iterations)
         assert (kernels >= iterations) if level >= 4 else kernels <= len(rows), (level, kernels, iterations)
+    # CUPTI was detached below cuda_api and attached again; it numbers correlations afresh each
+    # time, and the trace must not: a kernel would meet another attachment's launch.
+    api = proc.events[proc.events["kind"] == int(Kind.CUDA_API)]
+    assert proc.meta["gpu"]["detaches"] >= 2 and not api["correlation"].duplicated().any()
     names = set(proc.events.loc[proc.events["kind"] == int(Kind.CUDA_API), "name"].astype(str))
     assert not {n.split("_v")[0] for n in names} & set(QUERY_APIS)  # untraced APIs stay untraced
 
 
-def test_recording_nothing_leaves_no_activity_kind_on(tmp_path):
+def test_recording_nothing_leaves_no_activity_kind_on_and_detaches(tmp_path):
     """Calibration's unprofiled windows must cost what an untraced process does: an activity
     kind left on there (CUPTI's overhead records cost ~90 ns per launch) is paid in every
-    window and measured by none (bench/cupti_idle.py)."""
+    window and measured by none (bench/cupti_idle.py), and so is what an attached CUPTI that
+    has recorded keeps costing (bench/ppo_cuda_process_states.py, states F and D)."""
     from rlscope import _cupti
     from rlscope.collect.cupti import libcupti_candidates
 
@@ -118,14 +123,54 @@ def test_recording_nothing_leaves_no_activity_kind_on(tmp_path):
     assert tracer.start(runtime=True, driver=True, gpu=True)["ok"]
     try:
         started = set(tracer.stats()["kinds_on"])
+        detaches = tracer.stats()["detaches"]
         tracer.record(api=False, gpu=False)
-        x.add_(1)
-        assert tracer.stats()["kinds_on"] == []
-        tracer.record(api=True, gpu=False)
+        assert tracer.stats()["detach_pending"]
+        x.add_(1)  # the launch's exit detaches CUPTI
+        stats = tracer.stats()
+        assert stats["kinds_on"] == [] and not stats["cupti_attached"] and stats["detaches"] == detaches + 1
+        tracer.record(api=True, gpu=False)  # attaches again
         api_only = set(tracer.stats()["kinds_on"])
+        assert tracer.stats()["cupti_attached"]
         tracer.record(api=True, gpu=True)
         assert set(tracer.stats()["kinds_on"]) == started
         assert api_only and api_only < started  # kernels, copies and memsets off
+        tracer.record(api=False, gpu=False)
+        tracer.record(api=True, gpu=True)  # before any API call: the detach is called off
+        assert not tracer.stats()["detach_pending"] and tracer.stats()["detaches"] == detaches + 1
     finally:
         tracer.stop()
     assert tracer.stats()["kinds_on"] == []
+
+
+def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
+    """Stopping lets go of CUPTI entirely (at the next CUDA API exit), and a later session in the
+    same process attaches again with its clock and attribution intact."""
+    torch = pytest.importorskip("torch")
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    for name in ("first", "second"):
+        with rlscope.profile(tmp_path / name, process="gpu"):
+            for _ in range(5):
+                rlscope.step()
+                with rlscope.operation("compute"):
+                    x.mul_(1.0001)
+                torch.cuda.synchronize()
+        x.add_(1)  # unprofiled: its exit detaches CUPTI
+        torch.cuda.synchronize()
+    for name in ("first", "second"):
+        (proc,) = read_trace(tmp_path / name)
+        gpu_meta = proc.meta["gpu"]
+        assert gpu_meta["status"] == "on" and gpu_meta["detach_pending"], gpu_meta
+        ev = proc.events
+        kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)]
+        operations = kernels["operation"].map(dict(enumerate(ev["name"].cat.categories)))
+        assert (operations == "compute").sum() == 5, name
+        api = ev[ev["kind"] == int(Kind.CUDA_API)]
+        launch = api.set_index("correlation")["start_ns"]
+        launch = launch[~launch.index.duplicated()]
+        assert (kernels["start_ns"].to_numpy() >= launch.reindex(kernels["correlation"]).to_numpy()).all()
+    from rlscope import _cupti
+
+    probe = _cupti.Tracer(str(tmp_path / "rows"), str(tmp_path / "names"))
+    assert not probe.stats()["cupti_attached"] and probe.stats()["detaches"] >= 2

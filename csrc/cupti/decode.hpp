@@ -82,6 +82,9 @@ public:
     NameTable names;
     DecodeStats stats;
     int64_t offset = 0;  // added to timestamps when CUPTI's clock is not CLOCK_MONOTONIC
+    // Added to correlation ids: CUPTI numbers them afresh once it has been detached, so each
+    // attachment of one tracer gets its own range and a kernel never meets another's launch.
+    int64_t correlation_base = 0;
     // Recorded buffers (test fixtures) hold kernel-name pointers into the recording process, so
     // they are saved zeroed and the names supplied here, one per kernel record in order.
     const std::vector<std::string> *kernel_names = nullptr;
@@ -92,6 +95,7 @@ private:
     void push(std::vector<int64_t> &rows, int64_t kind, int64_t category, int64_t tid, int64_t depth,
               uint64_t start, uint64_t end, int64_t name, int64_t correlation, int64_t operation) {
         const int64_t shift = start ? offset : 0;
+        if (correlation > 0) correlation += correlation_base;
         const int64_t r[kWidth] = {kind, category, tid, depth, static_cast<int64_t>(start) + shift,
                                    static_cast<int64_t>(end) + shift, name, correlation, operation};
         rows.insert(rows.end(), r, r + kWidth);

@@ -14,6 +14,13 @@
 // Attribution: rlscope.operation() enter/exit push/pop a CUPTI external correlation id (the
 // operation's trace symbol id) through the hooks this module exports as a capsule; CUPTI
 // then emits an EXTERNAL_CORRELATION record for every API call made inside the operation.
+//
+// Letting go: once CUPTI has recorded in a process, the process stays slower after every
+// activity kind is disabled and the subscriber is gone; only cuptiFinalize gives its speed back
+// (SB3 PPO on CUDA on the H100: 15-20% of an iteration, bench/ppo_cuda_process_states.py states F
+// and D). CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping (or recording
+// nothing, in calibration's windows) only asks for it: the subscriber's callback detaches at the
+// next API exit on any thread, and recording again before then keeps CUPTI attached.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -25,6 +32,7 @@
 #include <pthread.h>
 #include <unistd.h>
 
+#include <atomic>
 #include <cerrno>
 #include <cstdlib>
 #include <cstring>
@@ -57,6 +65,8 @@ struct CuptiApi {
     CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
                                 CUpti_SubscriberParams *) = nullptr;
     CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle) = nullptr;
+    CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
+    CUptiResult (*Finalize)() = nullptr;
     CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
                                              CUpti_BuffersCallbackCompleteFunc) = nullptr;
     CUptiResult (*ActivityRegisterTimestampCallback)(CUpti_TimestampCallbackFunc) = nullptr;
@@ -107,6 +117,8 @@ std::string load(const std::vector<std::string> &candidates) {
     resolve(g_api.Subscribe, "cuptiSubscribe");
     resolve(g_api.Subscribe_v2, "cuptiSubscribe_v2", false);
     resolve(g_api.Unsubscribe, "cuptiUnsubscribe");
+    resolve(g_api.EnableDomain, "cuptiEnableDomain");
+    resolve(g_api.Finalize, "cuptiFinalize");
     resolve(g_api.ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks");
     resolve(g_api.ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", false);
     resolve(g_api.ActivityEnable, "cuptiActivityEnable");
@@ -145,15 +157,92 @@ void write_all(int fd, const void *data, size_t size) {
     }
 }
 
-// The hooks rlscope._hotpath.Operations calls on operation enter/exit (capsule payload).
+// This process's hold on CUPTI, shared by the tracers it runs one after another.
+struct Attachment {
+    std::mutex mutex;  // taken to subscribe, to ask for a detach, to call it off, and to detach
+    CUpti_SubscriberHandle subscriber = nullptr;
+    std::atomic<bool> attached{false};        // subscribed (and not yet finalized)
+    std::atomic<bool> detach_pending{false};  // detach at the next API exit
+    std::atomic<uint64_t> generation{1};      // one more at every detach: older correlation pushes are gone
+    std::atomic<uint64_t> detaches{0};
+};
+Attachment g_attach;
+
+// Called with g_attach.mutex held; the only place cuptiFinalize is called.
+void detach_now() {
+    g_attach.detach_pending = false;
+    g_attach.attached = false;  // first: correlation pushes stop before CUPTI goes
+    g_attach.subscriber = nullptr;
+    ++g_attach.generation;
+    g_api.Finalize();
+    ++g_attach.detaches;
+}
+
+// The subscriber's callback: enabled (runtime and driver domains) only while a detach waits.
+void CUPTIAPI on_api_call(void *, CUpti_CallbackDomain domain, CUpti_CallbackId, const void *data) {
+    if (!g_attach.detach_pending.load(std::memory_order_acquire)) return;
+    if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
+    if (static_cast<const CUpti_CallbackData *>(data)->callbackSite != CUPTI_API_EXIT) return;
+    std::unique_lock<std::mutex> lock(g_attach.mutex, std::try_to_lock);
+    if (lock.owns_lock() && g_attach.detach_pending) detach_now();  // else: being re-attached, or the next exit
+}
+
+// With g_attach.mutex held: subscribe unless attached (a detach still waiting is called off).
+CUptiResult attach(char *old_name, size_t old_size) {
+    if (g_attach.detach_pending) {
+        g_attach.detach_pending = false;
+        g_api.EnableDomain(0, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+        g_api.EnableDomain(0, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+    }
+    if (g_attach.attached) return CUPTI_SUCCESS;
+    CUptiResult r;
+    if (g_api.Subscribe_v2) {
+        CUpti_SubscriberParams params{};
+        params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
+        params.subscriberName = "rlscope";
+        params.oldSubscriberName = old_name;
+        params.oldSubscriberSize = old_size;
+        r = g_api.Subscribe_v2(&g_attach.subscriber, &on_api_call, nullptr, &params);
+    } else {
+        r = g_api.Subscribe(&g_attach.subscriber, &on_api_call, nullptr);
+    }
+    g_attach.attached = r == CUPTI_SUCCESS;
+    return r;
+}
+
+// With g_attach.mutex held, every activity kind off and the buffers flushed: detach at the next
+// CUDA API exit.
+void request_detach() {
+    if (!g_attach.attached || g_attach.detach_pending) return;
+    g_attach.detach_pending = true;
+    g_api.EnableDomain(1, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API);
+    g_api.EnableDomain(1, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
+}
+
+// The hooks rlscope._hotpath.Operations calls on operation enter/exit (capsule payload). Per
+// thread, each open operation remembers the attachment it pushed its id in (0: none), so an
+// exit pops only what CUPTI still holds, and nothing is pushed while CUPTI is detached (any
+// CUPTI call would attach it again).
 struct CorrelationHooks {
     void (*push)(int64_t);
     void (*pop)();
 };
+thread_local std::vector<uint64_t> t_pushed;
 void push_correlation(int64_t id) {
-    g_api.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, static_cast<uint64_t>(id));
+    uint64_t generation = 0;
+    if (g_attach.attached.load(std::memory_order_acquire) &&
+        g_api.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, static_cast<uint64_t>(id)) ==
+            CUPTI_SUCCESS)
+        generation = g_attach.generation.load();
+    t_pushed.push_back(generation);
 }
-void pop_correlation() { g_api.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr); }
+void pop_correlation() {
+    if (t_pushed.empty()) return;  // entered before the hooks were set
+    const uint64_t generation = t_pushed.back();
+    t_pushed.pop_back();
+    if (generation != 0 && generation == g_attach.generation.load() && g_attach.attached.load())
+        g_api.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr);
+}
 CorrelationHooks g_hooks{push_correlation, pop_correlation};
 
 
@@ -184,70 +273,45 @@ public:
         require_loaded();
         nb::dict out;
         if (g_tracer) return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "rlscope");
+        std::lock_guard<std::mutex> lock(g_attach.mutex);
         char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
-        CUptiResult r;
-        if (g_api.Subscribe_v2) {
-            CUpti_SubscriberParams params{};
-            params.structSize = CUpti_SubscriberParams_STRUCT_SIZE;
-            params.subscriberName = "rlscope";
-            params.oldSubscriberName = old_name;
-            params.oldSubscriberSize = sizeof(old_name) - 1;
-            r = g_api.Subscribe_v2(&subscriber_, &Tracer::ignore_callback, nullptr, &params);
-        } else {
-            r = g_api.Subscribe(&subscriber_, &Tracer::ignore_callback, nullptr);
-        }
+        CUptiResult r = attach(old_name, sizeof(old_name) - 1);
         if (r != CUPTI_SUCCESS) return failure(out, "cuptiSubscribe", r, old_name);
-        subscribed_ = true;
         rows_fd_ = ::open(rows_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         names_fd_ = ::open(names_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         if (rows_fd_ < 0 || names_fd_ < 0) {
             const std::string why = std::strerror(errno);
             release();
+            close_files();
             throw std::runtime_error("cannot create " + rows_path_ + ": " + why);
         }
         decoder_ = std::make_unique<Decoder>(g_api.GetNextRecord, g_api.GetCallbackName);
         g_tracer = this;
-        own_clock_ = g_api.ActivityRegisterTimestampCallback &&
-                     g_api.ActivityRegisterTimestampCallback(&monotonic_ns) == CUPTI_SUCCESS;
-        if (!own_clock_) {  // older CUPTI: shift its clock onto CLOCK_MONOTONIC once
-            uint64_t cupti_now = 0;
-            g_api.GetTimestamp(&cupti_now);
-            decoder_->offset = static_cast<int64_t>(monotonic_ns()) - static_cast<int64_t>(cupti_now);
-        }
-        if ((r = g_api.ActivityRegisterCallbacks(&Tracer::buffer_requested, &Tracer::buffer_completed)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityRegisterCallbacks", r);
-        if (runtime && (r = enable(CUPTI_ACTIVITY_KIND_RUNTIME)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityEnable", r);
-        if (driver && (r = enable(CUPTI_ACTIVITY_KIND_DRIVER)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityEnable", r);
-        if ((runtime || driver) && (r = enable(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityEnable", r);
-        if (sync && (r = enable(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityEnable", r);
-        untraced_.clear();
-        if (runtime) untrace(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
-        if (driver) untrace(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
         runtime_ = runtime;
         driver_ = driver;
         gpu_ = gpu;
         sync_ = sync;
-        if (gpu)
-            for (CUpti_ActivityKind kind : kGpuKinds)
-                if ((r = enable(kind)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
-        if ((r = enable(CUPTI_ACTIVITY_KIND_OVERHEAD)) != CUPTI_SUCCESS)
-            return release_failure(out, "cuptiActivityEnable", r);
+        untraced_.clear();
+        if (runtime) find_untraced(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
+        if (driver) find_untraced(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
+        if ((r = register_callbacks()) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityRegisterCallbacks", r);
+        if ((r = set_kinds(true, true)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
         running_ = true;
         out["ok"] = true;
         out["own_clock"] = own_clock_;
         return out;
     }
 
-    // Flush everything CUPTI holds, write the last rows and let go of CUPTI.
+    // Flush everything CUPTI holds, write the last rows and let go of CUPTI (detached at the next
+    // CUDA API exit).
     nb::dict stop() {
         if (running_) {
             nb::gil_scoped_release unlocked;  // buffer callbacks run now, possibly on CUPTI's thread
-            g_api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-            release();
+            {
+                std::lock_guard<std::mutex> lock(g_attach.mutex);
+                release();
+                if (g_tracer == this) g_tracer = nullptr;
+            }
             std::lock_guard<std::mutex> lock(mutex_);
             write_rows();
             running_ = false;
@@ -257,36 +321,33 @@ public:
     }
 
     // Calibration's alternating windows (rlscope.collect.windows): stop or resume recording
-    // CUDA API calls and GPU activities while keeping hold of CUPTI, so that one process can
-    // compare stretches with and without them. Only the layers start() enabled come back.
-    // Recording neither turns every activity kind off, CUPTI's own overhead records included:
-    // whatever an enabled kind costs is then measured by the windows that enable it, instead
-    // of being paid in every window and seen by none.
+    // CUDA API calls and GPU activities, so that one process can compare stretches with and
+    // without them. Only the layers start() enabled come back. Recording neither turns every
+    // activity kind off, CUPTI's own overhead records included, and detaches CUPTI: what having
+    // recorded leaves behind is then measured by the windows that record, instead of being paid
+    // in every window and seen by none. Recording again attaches it again.
     void record(bool api, bool gpu) {
         if (!running_) return;
-        auto toggle = [this](CUpti_ActivityKind kind, bool on) {
-            if ((on ? g_api.ActivityEnable(kind) : g_api.ActivityDisable(kind)) != CUPTI_SUCCESS) return;
-            if (on) on_.insert(kind);
-            else on_.erase(kind);
-        };
-        toggle(CUPTI_ACTIVITY_KIND_OVERHEAD, api || gpu);
-        if (runtime_) toggle(CUPTI_ACTIVITY_KIND_RUNTIME, api);
-        if (driver_) toggle(CUPTI_ACTIVITY_KIND_DRIVER, api);
-        if (runtime_ || driver_) toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, api);
-        if (sync_) toggle(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, api);
-        if (api)  // enabling a kind again may trace every API of it: untrace the skipped ones again
-            for (const auto &[domain, cbid] : untraced_)
-                (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
-                                                        : g_api.ActivityEnableDriverApi)(cbid, 0);
-        if (gpu_)
-            for (CUpti_ActivityKind kind : kGpuKinds) toggle(kind, gpu);
+        nb::gil_scoped_release unlocked;  // a flush runs the buffer callbacks
+        std::lock_guard<std::mutex> lock(g_attach.mutex);
+        if (!api && !gpu) {
+            release();
+            return;
+        }
+        if (!g_attach.attached) {
+            if (attach(nullptr, 0) != CUPTI_SUCCESS || register_callbacks() != CUPTI_SUCCESS) return;
+        } else {
+            attach(nullptr, 0);  // calls off a detach still waiting
+        }
+        set_kinds(api, gpu);
     }
 
     // In a forked child: CUPTI's state belongs to the parent; drop everything without a call.
     void abandon() {
-        running_ = subscribed_ = false;
-        enabled_.clear();
+        running_ = false;
         on_.clear();
+        g_attach.attached = g_attach.detach_pending = false;
+        g_attach.subscriber = nullptr;
         if (g_tracer == this) g_tracer = nullptr;
         rows_.clear();
         close_files();
@@ -304,6 +365,9 @@ public:
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
         out["kinds_on"] = std::vector<int>(on_.begin(), on_.end());  // CUpti_ActivityKind values
+        out["cupti_attached"] = g_attach.attached.load();
+        out["detach_pending"] = g_attach.detach_pending.load();
+        out["detaches"] = g_attach.detaches.load();  // in this process so far
         // Which threads decoded and wrote the buffers, and for how long: [thread ident, buffers, ns].
         nb::list processing;
         for (const auto &[thread, spent] : processing_)
@@ -315,38 +379,72 @@ public:
     nb::capsule hooks() { return nb::capsule(&g_hooks, "rlscope.correlation_hooks"); }
 
 private:
-    // Stop recording the APIs named in ``names`` (any version suffix ignored), remembering their
-    // callback ids. Recording an API call costs CUPTI about a microsecond, far more than the
-    // bookkeeping queries frameworks make around every launch take themselves.
-    void untrace(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &names) {
-        if (names.empty() || !g_api.GetCallbackName) return;
-        auto *toggle = domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi : g_api.ActivityEnableDriverApi;
-        if (!toggle) return;
+    // The callback ids of the APIs named in ``names`` (any version suffix ignored): set_kinds()
+    // stops recording them. Recording an API call costs CUPTI about a microsecond, far more than
+    // the bookkeeping queries frameworks make around every launch take themselves.
+    void find_untraced(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &names) {
+        if (names.empty() || !g_api.GetCallbackName || !g_api.ActivityEnableRuntimeApi || !g_api.ActivityEnableDriverApi)
+            return;
         for (uint32_t cbid = 1; cbid < size; ++cbid) {
             const char *name = nullptr;
             if (g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
             const std::string text = without_version(name);
             for (const std::string &skip : names)
-                if (text == skip && toggle(cbid, 0) == CUPTI_SUCCESS) untraced_.emplace_back(domain, cbid);
+                if (text == skip) untraced_.emplace_back(domain, cbid);
         }
     }
 
-    CUptiResult enable(CUpti_ActivityKind kind) {
-        const CUptiResult r = g_api.ActivityEnable(kind);
-        if (r == CUPTI_SUCCESS) {
-            enabled_.push_back(kind);
-            on_.insert(kind);
+    // Buffer and clock callbacks: once per attachment (cuptiFinalize forgets them), with the
+    // attachment's range of correlation ids. Called with g_attach.mutex held, after every record
+    // of the attachment before was flushed.
+    CUptiResult register_callbacks() {
+        own_clock_ = g_api.ActivityRegisterTimestampCallback &&
+                     g_api.ActivityRegisterTimestampCallback(&monotonic_ns) == CUPTI_SUCCESS;
+        std::lock_guard<std::mutex> lock(mutex_);
+        decoder_->correlation_base = static_cast<int64_t>(g_attach.generation.load() - 1) << 32;
+        if (!own_clock_) {  // older CUPTI: shift its clock onto CLOCK_MONOTONIC
+            uint64_t cupti_now = 0;
+            g_api.GetTimestamp(&cupti_now);
+            decoder_->offset = static_cast<int64_t>(monotonic_ns()) - static_cast<int64_t>(cupti_now);
         }
-        return r;
+        return g_api.ActivityRegisterCallbacks(&Tracer::buffer_requested, &Tracer::buffer_completed);
     }
 
+    // Turn each activity kind of the layers start() was given on or off: API calls (with their
+    // external correlations, and synchronisations if asked for) with ``api``, kernels, copies and
+    // memsets with ``gpu``, CUPTI's overhead records with either. Returns the first failure.
+    CUptiResult set_kinds(bool api, bool gpu) {
+        CUptiResult first = CUPTI_SUCCESS;
+        auto toggle = [&](CUpti_ActivityKind kind, bool on) {
+            if (on == (on_.count(kind) > 0)) return;
+            const CUptiResult r = on ? g_api.ActivityEnable(kind) : g_api.ActivityDisable(kind);
+            if (r != CUPTI_SUCCESS) {
+                if (first == CUPTI_SUCCESS) first = r;
+                return;
+            }
+            if (on) on_.insert(kind);
+            else on_.erase(kind);
+        };
+        toggle(CUPTI_ACTIVITY_KIND_RUNTIME, runtime_ && api);
+        toggle(CUPTI_ACTIVITY_KIND_DRIVER, driver_ && api);
+        toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, (runtime_ || driver_) && api);
+        toggle(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, sync_ && api);
+        if (api)  // enabling a kind (again) traces every API of it: untrace the skipped ones
+            for (const auto &[domain, cbid] : untraced_)
+                (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
+                                                        : g_api.ActivityEnableDriverApi)(cbid, 0);
+        for (CUpti_ActivityKind kind : kGpuKinds) toggle(kind, gpu_ && gpu);
+        toggle(CUPTI_ACTIVITY_KIND_OVERHEAD, api || gpu);
+        return first;
+    }
+
+    // With g_attach.mutex held: every kind off, what was recorded handed to buffer_completed,
+    // this tracer out of CUPTI's callbacks, and CUPTI asked to detach.
     void release() {
-        for (CUpti_ActivityKind kind : enabled_) g_api.ActivityDisable(kind);
-        enabled_.clear();
-        on_.clear();
-        if (subscribed_) g_api.Unsubscribe(subscriber_);
-        subscribed_ = false;
-        if (g_tracer == this) g_tracer = nullptr;
+        if (!g_attach.attached) return;  // detached already (recording nothing in the windows)
+        set_kinds(false, false);
+        g_api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
+        request_detach();
     }
 
     nb::dict failure(nb::dict &out, const char *step, CUptiResult code, const char *subscriber) {
@@ -358,8 +456,9 @@ private:
         return out;
     }
 
-    nb::dict release_failure(nb::dict &out, const char *step, CUptiResult code) {
+    nb::dict release_failure(nb::dict &out, const char *step, CUptiResult code) {  // g_attach.mutex held
         release();
+        if (g_tracer == this) g_tracer = nullptr;
         close_files();
         return failure(out, step, code, "");
     }
@@ -369,8 +468,6 @@ private:
         if (names_fd_ >= 0) ::close(names_fd_);
         rows_fd_ = names_fd_ = -1;
     }
-
-    static void CUPTIAPI ignore_callback(void *, CUpti_CallbackDomain, CUpti_CallbackId, const void *) {}
 
     static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
         const size_t bytes = g_tracer ? g_tracer->buffer_bytes_ : (1u << 20);
@@ -446,11 +543,9 @@ private:
     std::mutex mutex_;
     std::unique_ptr<Decoder> decoder_;
     std::vector<int64_t> rows_;
-    std::vector<CUpti_ActivityKind> enabled_;  // by start(): what release() turns off
-    std::set<int> on_;                         // recording now (record() switches them)
-    CUpti_SubscriberHandle subscriber_ = nullptr;
+    std::set<int> on_;  // the activity kinds on now (set_kinds() switches them)
     int rows_fd_ = -1, names_fd_ = -1;
-    bool subscribed_ = false, running_ = false, own_clock_ = false;
+    bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
     std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;

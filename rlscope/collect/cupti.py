@@ -178,7 +178,10 @@ class GpuCollector:
         return True
 
     def stop(self) -> dict[str, Any]:
-        """Flush CUPTI, write the last rows, release CUPTI; returns the collector's meta entry."""
+        """Flush CUPTI, write the last rows and let go of CUPTI: it is detached from the process at
+        the next CUDA API exit, so the process runs as fast as before it was profiled (only
+        disabling and unsubscribing left SB3 PPO on CUDA ~15-20% slower on the H100). Returns the
+        collector's meta entry."""
         if self._tracer is not None:
             self._ops.set_correlation_hooks(None)
             self.meta.update(self._tracer.stop())
@@ -186,8 +189,9 @@ class GpuCollector:
         return self.meta
 
     def record(self, api: bool, gpu: bool) -> None:
-        """Stop or resume recording CUDA API calls and GPU activities, keeping hold of CUPTI
-        (calibration's alternating windows); only the layers started with come back."""
+        """Stop or resume recording CUDA API calls and GPU activities (calibration's alternating
+        windows); recording neither detaches CUPTI until recording resumes. Only the layers
+        started with come back."""
         if self._tracer is not None:
             self._tracer.record(api=api, gpu=gpu)
 
