@@ -27,6 +27,12 @@ STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
 - ``E`` as Q, but CUPTI attached before the CUDA context exists and idle from the start (every
   activity kind off, hooks suspended, nothing recorded yet): whether Q's idle cost comes from
   attaching late or from having recorded;
+- ``P``, ``X``: as E, but recording from iteration 10 only CUDA API calls (P) or only GPU
+  activities (X): which of CUPTI's recordings leaves E's idle cost behind;
+- ``F``, ``D``: as E, but from ``IDLE_AT`` the session is stopped (F), and for D then
+  ``cuptiFinalize`` called directly: whether letting go of CUPTI takes E's idle cost away. A
+  stopped session used to release CUPTI only (disable, unsubscribe), and F stayed slow where D
+  did not; it now detaches CUPTI itself at the next CUDA API exit, so F and D should agree;
 - ``V``, ``K``, ``S``: profiled from the start with calibration's alternating windows
   (``rlscope.collect.windows``) in the pattern of the windows check (``V``: everything off and
   on) or of calibration (``K``: every level, the window after a switch of CUPTI's recording
@@ -41,10 +47,12 @@ Per child one line in ``OUT_DIR/states.jsonl``: median ms per iteration over ite
 (``late``), and for T/H/A the medians per kind of iteration: ``on3`` (on, after two on),
 ``on2`` (on, after one on after off), ``on_after_off``, and the same for off; for V/K/S the
 median per level (``lv1``..``lv4``). At the end it prints, per state, each round's ``post``
-against U's of the same round; ``post``, ``mid`` and ``late`` against ``pre`` and ``late``
-against ``mid`` within a process (U's drift for the same stretches beside them); for T/H/A each
-kind of iteration against ``off3`` of the same process; for V/K/S each level against the one
-below and everything against annotations only. Needs a CUDA GPU (``--device cpu`` runs it
+against U's of the same round; ``post``, ``mid`` and ``late`` against ``pre``, ``late`` against
+``mid``, and with ITERATIONS of at least ``IDLE_AT + 28`` ``late1`` (the 12 iterations after
+``late`` starts) and ``late2`` (the rest) against ``pre``, within a process (U's drift for the
+same stretches beside them); for T/H/A each kind of iteration against ``off3`` of the same
+process; for V/K/S each level against the one below and everything against annotations only;
+for D what ``cuptiFinalize`` returned. Needs a CUDA GPU (``--device cpu`` runs it
 anywhere, to try it out).
 """
 
@@ -52,6 +60,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import ctypes
 import json
 import os
 import random
@@ -75,16 +84,31 @@ SWITCH_FROM = 6  # T, H, A switch from this iteration on
 PATTERN = (1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0)  # long runs and single iterations of each
 KINDS = {"on3": (1, 1, 1), "on2": (1, 1, 0), "on_after_off": (1, 0), "off_after_on": (0, 1), "off2": (0, 0, 1),
          "off3": (0, 0, 0)}
-STATES = "UWLCINRQEVKSTHA"
+STATES = "UWLCINRQEPXFDVKSTHA"
 ALL_LEVELS = "off,annotations,transitions,cuda_api,gpu_activities"
 WINDOW_LEVELS = {"V": "off,gpu_activities", "K": ALL_LEVELS, "S": ALL_LEVELS}
 
 
-def idle(session: Any, suspended: bool) -> None:
-    """Suspend (or resume) the session's Python hooks and CUPTI's recording, CUPTI staying attached."""
+def idle(session: Any, suspended: bool, api_calls: bool = True, activities: bool = True) -> None:
+    """Suspend (or resume) the session's Python hooks and CUPTI's recording (of CUDA API calls,
+    GPU activities or both), CUPTI staying attached."""
     (session._collector.suspend if suspended else session._collector.resume)()
     if session._gpu is not None:
-        session._gpu.record(api=not suspended, gpu=not suspended)
+        session._gpu.record(api=not suspended and api_calls, gpu=not suspended and activities)
+
+
+def release(session: Any, detach: bool) -> int | None:
+    """Stop the session mid-run (CUPTI released); with ``detach`` then ``cuptiFinalize``, the GPU
+    idle first as CUPTI asks. Returns cuptiFinalize's result code (0: detached)."""
+    import torch
+
+    library = session._gpu.library if session._gpu is not None else None
+    api._bind(None)
+    session.stop(check_nesting=False)  # "learn" stays open; its end is then a no-op
+    if not detach or library is None:
+        return None
+    torch.cuda.synchronize()
+    return int(ctypes.CDLL(library).cuptiFinalize())
 
 
 def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
@@ -95,6 +119,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
     from stable_baselines3.common.callbacks import BaseCallback
 
     stamps: list[int] = []
+    finalized: list[int | None] = []
     recorded: list[int] = []
     switch_ns: list[int] = []
     late = contextlib.ExitStack()
@@ -103,9 +128,13 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         session = api._bound
         if state == "L" or (state == "Q" and iteration == LATE):
             late.enter_context(rlscope.profile(trace))
-        elif state == "E" and iteration == LATE:
+        elif state in "EPX" and iteration == LATE:
+            idle(session, False, api_calls=state != "X", activities=state != "P")
+        elif state in "FD" and iteration == LATE:
             idle(session, False)
-        elif state in "INQE":
+        elif state in "FD":
+            finalized.append(release(session, detach=state == "D"))
+        elif state in "INQEPX":
             idle(session, True)
             if state == "N" and session._sampler is not None:
                 session._sampler.stop()
@@ -134,7 +163,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
                     spent = time.perf_counter_ns() - now
             recorded.append(on)
             switch_ns.append(spent)
-            if (iteration == LATE and state in "LINRQE") or (iteration == IDLE_AT and state in "QE"):
+            if (iteration == LATE and state in "LINRQEPXFD") or (iteration == IDLE_AT and state in "QEPXFD"):
                 change_state(iteration)
             rlscope.step()
 
@@ -147,7 +176,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         AlternatingWindows.settle_after_gpu_switch = state == "S"
     if state not in "ULQ":
         whole.enter_context(rlscope.profile(trace, gpu=False if state == "C" else None))
-        if state == "E":
+        if state in "EPXFD":
             idle(api._bound, True)
     with whole:
         torch.set_num_threads(1)
@@ -156,7 +185,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         with rlscope.operation("learn"):
             model.learn(total_timesteps=64 * iterations, callback=Probe())
             late.close()
-    child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns}
+    child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns, "finalized": finalized}
     if state in WINDOW_LEVELS:
         (found,) = trace.rglob(WINDOWS_FILE)
         child["windows"] = json.loads(found.read_text())["windows"]
@@ -171,6 +200,11 @@ def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str,
                            "post": float(np.median(times[LATE + 2:])),
                            "mid": float(np.median(times[LATE + 2:IDLE_AT])),
                            "late": float(np.median(times[IDLE_AT + 2:]))}
+    if len(times) >= IDLE_AT + 28:
+        row.update(late1=float(np.median(times[IDLE_AT + 2:IDLE_AT + 14])),
+                   late2=float(np.median(times[IDLE_AT + 14:])))
+    if child["finalized"]:
+        row["finalize_result"] = child["finalized"][0]
     if state in "THA":
         recorded = child["recorded"]
         for name, history in KINDS.items():
@@ -239,15 +273,19 @@ def report(rows: list[dict[str, Any]]) -> None:
         if state != "U":
             show(f"{state} post vs U post", [100 * (r[state]["post"] / r["U"]["post"] - 1)
                                              for r in by_round.values() if state in r and "U" in r])
-        for later, earlier in (("post", "pre"), ("mid", "pre"), ("late", "pre"), ("late", "mid")):
+        for later, earlier in (("post", "pre"), ("mid", "pre"), ("late", "pre"), ("late", "mid"), ("late1", "pre"),
+                               ("late2", "pre")):
             show(f"{state} {later} vs {earlier}", [100 * (r[state][later] / r[state][earlier] - 1)
-                                                   for r in by_round.values() if state in r])
+                                                   for r in by_round.values() if later in r.get(state, {})])
         if state in WINDOW_LEVELS:
             for upper, lower in ((4, 1), (2, 1), (3, 2), (4, 3)):
                 high, low = f"lv{upper}", f"lv{lower}"
                 show(f"{state} level {upper} vs {lower}", [100 * (r[state][high] / r[state][low] - 1)
                                                           for r in by_round.values()
                                                           if state in r and {high, low} <= r[state].keys()])
+        if state == "D":
+            codes = {r["D"].get("finalize_result") for r in by_round.values() if "D" in r}
+            print(f"{'D cuptiFinalize returned':>26}: {sorted(codes, key=str)}")
         if state in "THA":
             for kind in ("on3", "on2", "on_after_off", "off_after_on", "off2"):
                 show(f"{state} {kind} vs off3", [100 * (r[state][kind] / r[state]["off3"] - 1)
