@@ -22,19 +22,21 @@ runs at the new level but is not recorded, and the next one is. Two switches do 
 - CUPTI's recording: on the H100, PPO on CUDA's first two iterations after it is switched off
   run 4-8% slower than later ones. Timed, they lowered calibration's total for that workload to
   +16% of an iteration against +26% with them left to settle and +25-27% between iterations
-  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A). Below
-  ``cuda_api`` CUPTI is now also detached (at the first CUDA API exit of the settling window)
-  and attached again on the way up, which the settling window absorbs too.
+  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A). The same
+  window absorbs CUPTI's detach below ``cuda_api`` (at its first CUDA API exit) and its attach
+  on the way up.
 
 The GPU layers are switched only where the process traces its GPU; elsewhere the top two levels
 equal ``transitions``. Below ``cuda_api`` CUPTI is detached from the process (``cuptiFinalize``,
 ``csrc/cupti/tracer.cpp``), not only switched to record nothing: a process that has recorded
 with CUPTI stays slower until then, and windows that all follow a recording would otherwise
-carry that cost at every level and measure it at none. The configurations follow a palindrome (``off, annotations, transitions,
-transitions, annotations, off``, ...), so a drift linear over one block of windows adds the
-same time to every configuration. A window's configuration is what
-was in force: annotations are switched only while the calling thread has no operation open
-(a loop inside an annotated operation keeps them on throughout, and says so).
+carry that cost at every level and measure it at none.
+
+The configurations follow a palindrome (``off, annotations, transitions, transitions,
+annotations, off``, ...), so a drift linear over one block of windows adds the same time to
+every configuration. A window's configuration is what was in force: annotations are switched
+only while the calling thread has no operation open (a loop inside an annotated operation keeps
+them on throughout, and says so).
 
 ``windows.json`` beside the events lists every complete window: ``[level, start_ns, end_ns,
 iterations]`` with level an index into ``LEVELS``, and how many settling windows were left out.
