@@ -64,7 +64,6 @@ struct CuptiApi {
     CUptiResult (*Subscribe)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *) = nullptr;
     CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
                                 CUpti_SubscriberParams *) = nullptr;
-    CUptiResult (*Unsubscribe)(CUpti_SubscriberHandle) = nullptr;
     CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
     CUptiResult (*Finalize)() = nullptr;
     CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
@@ -116,7 +115,6 @@ std::string load(const std::vector<std::string> &candidates) {
     resolve(g_api.GetTimestamp, "cuptiGetTimestamp");
     resolve(g_api.Subscribe, "cuptiSubscribe");
     resolve(g_api.Subscribe_v2, "cuptiSubscribe_v2", false);
-    resolve(g_api.Unsubscribe, "cuptiUnsubscribe");
     resolve(g_api.EnableDomain, "cuptiEnableDomain");
     resolve(g_api.Finalize, "cuptiFinalize");
     resolve(g_api.ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks");
@@ -334,11 +332,10 @@ public:
             release();
             return;
         }
-        if (!g_attach.attached) {
-            if (attach(nullptr, 0) != CUPTI_SUCCESS || register_callbacks() != CUPTI_SUCCESS) return;
-        } else {
-            attach(nullptr, 0);  // calls off a detach still waiting
-        }
+        const bool detached = !g_attach.attached;
+        char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
+        if (attach(old_name, sizeof(old_name) - 1) != CUPTI_SUCCESS) return;  // or calls off a waiting detach
+        if (detached && register_callbacks() != CUPTI_SUCCESS) return;
         set_kinds(api, gpu);
     }
 
@@ -439,7 +436,7 @@ private:
     }
 
     // With g_attach.mutex held: every kind off, what was recorded handed to buffer_completed,
-    // this tracer out of CUPTI's callbacks, and CUPTI asked to detach.
+    // and CUPTI asked to detach.
     void release() {
         if (!g_attach.attached) return;  // detached already (recording nothing in the windows)
         set_kinds(false, false);
