@@ -18,9 +18,9 @@
 // Letting go: once CUPTI has recorded in a process, the process stays slower after every
 // activity kind is disabled and the subscriber is gone; only cuptiFinalize gives its speed back
 // (SB3 PPO on CUDA on the H100: 15-20% of an iteration, bench/ppo_cuda_process_states.py states F
-// and D). CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping (or recording
-// nothing, in calibration's windows) only asks for it: the subscriber's callback detaches at the
-// next API exit on any thread, and recording again before then keeps CUPTI attached.
+// and D). CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping a session only
+// asks for it: the subscriber's callback detaches at the next API exit on any thread, and a
+// session started before then keeps CUPTI attached.
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -321,22 +321,12 @@ public:
     // Calibration's alternating windows (rlscope.collect.windows): stop or resume recording
     // CUDA API calls and GPU activities, so that one process can compare stretches with and
     // without them. Only the layers start() enabled come back. Recording neither turns every
-    // activity kind off, CUPTI's own overhead records included, and detaches CUPTI: what having
-    // recorded leaves behind is then measured by the windows that record, instead of being paid
-    // in every window and seen by none. Recording again attaches it again.
+    // activity kind off, CUPTI's own overhead records included, and keeps CUPTI attached:
+    // detaching at every switch (cuptiFinalize, thousands of times a run) crashed a JAX process
+    // whose XLA threads were inside CUDA at the time (SIGSEGV, SIGFPE: 2 of 15 windows runs).
+    // Only a session's stop detaches, once.
     void record(bool api, bool gpu) {
-        if (!running_) return;
-        nb::gil_scoped_release unlocked;  // a flush runs the buffer callbacks
-        std::lock_guard<std::mutex> lock(g_attach.mutex);
-        if (!api && !gpu) {
-            release();
-            return;
-        }
-        const bool detached = !g_attach.attached;
-        char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
-        if (attach(old_name, sizeof(old_name) - 1) != CUPTI_SUCCESS) return;  // or calls off a waiting detach
-        if (detached && register_callbacks() != CUPTI_SUCCESS) return;
-        set_kinds(api, gpu);
+        if (running_) set_kinds(api, gpu);
     }
 
     // In a forked child: CUPTI's state belongs to the parent; drop everything without a call.
@@ -438,7 +428,7 @@ private:
     // With g_attach.mutex held: every kind off, what was recorded handed to buffer_completed,
     // and CUPTI asked to detach.
     void release() {
-        if (!g_attach.attached) return;  // detached already (recording nothing in the windows)
+        if (!g_attach.attached) return;  // a failed start: never attached
         set_kinds(false, false);
         g_api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
         request_detach();

@@ -13,8 +13,8 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   interpreter's start-up, whose time (imports, CUDA initialisation) varies by seconds between
   identical runs.
 - **alternating windows**: one run that switches everything rlscope records on and off every
-  ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI is detached in the
-  unprofiled windows and attached again for the profiled ones). Per palindromic block, the corrected time per
+  ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI records nothing in
+  the unprofiled windows but stays attached). Per palindromic block, the corrected time per
   iteration of the profiled windows against that of the unprofiled windows next to them; median
   and its 95% interval over blocks.
 - **sessions** (``session_*``): one run of ``session_steps`` that starts and stops whole

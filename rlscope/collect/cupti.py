@@ -190,8 +190,9 @@ class GpuCollector:
 
     def record(self, api: bool, gpu: bool) -> None:
         """Stop or resume recording CUDA API calls and GPU activities (calibration's alternating
-        windows); recording neither detaches CUPTI until recording resumes. Only the layers
-        started with come back."""
+        windows); recording neither turns every activity kind off and keeps CUPTI attached,
+        since detaching it at every switch crashed JAX processes. Only the layers started with
+        come back."""
         if self._tracer is not None:
             self._tracer.record(api=api, gpu=gpu)
 

@@ -22,15 +22,15 @@ runs at the new level but is not recorded, and the next one is. Two switches do 
 - CUPTI's recording: on the H100, PPO on CUDA's first two iterations after it is switched off
   run 4-8% slower than later ones. Timed, they lowered calibration's total for that workload to
   +16% of an iteration against +26% with them left to settle and +25-27% between iterations
-  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A). The same
-  window absorbs CUPTI's detach below ``cuda_api`` (at its first CUDA API exit) and its attach
-  on the way up.
+  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A).
 
 The GPU layers are switched only where the process traces its GPU; elsewhere the top two levels
-equal ``transitions``. Below ``cuda_api`` CUPTI is detached from the process (``cuptiFinalize``,
-``csrc/cupti/tracer.cpp``), not only switched to record nothing: a process that has recorded
-with CUPTI stays slower until then, and windows that all follow a recording would otherwise
-carry that cost at every level and measure it at none.
+equal ``transitions``. Below ``cuda_api`` CUPTI records nothing but stays attached. A process
+that has recorded with CUPTI stays slower until it is detached (``cuptiFinalize``), so windows
+that all follow a recording carry that cost at every level and measure it at none (SB3 PPO on
+CUDA on the H100: its corrected whole runs read +5-10% high). Detaching below ``cuda_api``
+measured it, but at thousands of detaches a run it crashed the JAX loop, whose XLA threads
+were inside CUDA at the time, in 2 of 15 windows runs; a profiler must not do that.
 
 The configurations follow a palindrome (``off, annotations, transitions, transitions,
 annotations, off``, ...), so a drift linear over one block of windows adds the same time to
