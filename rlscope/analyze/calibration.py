@@ -160,15 +160,22 @@ SPEED_WARNING = 1.25
 # Iterations whose CPU-side events differ by more than this (relative) are not the same work:
 # their times say nothing about the machine's speed.
 SHAPE_TOLERANCE = 0.1
+# Beyond this ratio (either way) iterations are not the same work either, whatever their events:
+# identical processes on a shared machine differed by up to 1.6x, while a short run's warm-up
+# iterations (the torch data-collection loop's first 5 take 16 ms, later ones 0.2 ms) would
+# scale the CPU-side costs 30-fold.
+SPEED_LIMIT = 2.0
 
 
 def check_speed(speed: float | None) -> None:
     """Warn when the trace ran at a speed the calibration did not see, or its iterations cannot
     be compared with the calibration's (``speed_factor`` gave None)."""
     if speed is None:
-        warnings.warn("the trace's iterations are not the calibration's (another configuration, or no "
-                      "rlscope.step()): the costs are applied as calibrated, not scaled to this run's speed; "
-                      "calibrate with the same command for a tighter correction", CalibrationWarning, stacklevel=3)
+        warnings.warn("the trace's iterations cannot be compared with the calibration's (another configuration, "
+                      f"no rlscope.step(), or over {SPEED_LIMIT:g}x faster or slower, as a short run's warm-up "
+                      "iterations are): the costs are applied as calibrated, not scaled to this run's speed; "
+                      "profile more iterations of the calibrated command for a tighter correction",
+                      CalibrationWarning, stacklevel=3)
     elif not 1 / SPEED_WARNING <= speed <= SPEED_WARNING:
         warnings.warn(f"the trace's iterations took {speed:.2f}x as long as during calibration: the machine's "
                       f"speed changed, and the costs, scaled by that, are less reliable; calibrate again while "
@@ -460,7 +467,7 @@ def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float,
 def speed_factor(calibration: Calibration, iteration: tuple[float, float] | None) -> float | None:
     """How much slower (>1) or faster the trace's iterations ran than the calibration's profiled
     windows, where they are the same work (CPU-side events per iteration within
-    ``SHAPE_TOLERANCE``); None where they cannot be compared.
+    ``SHAPE_TOLERANCE``, time within ``SPEED_LIMIT``); None where they cannot be compared.
 
     Why: an intercepted call costs interpreter time, so its cost moves with the machine's speed;
     across calibration processes on a shared machine both moved by up to 1.6x. Scaling the
@@ -472,7 +479,8 @@ def speed_factor(calibration: Calibration, iteration: tuple[float, float] | None
     reference = calibration.cpu_events_per_iteration
     if abs(iteration[1] - reference) > SHAPE_TOLERANCE * max(reference, 1e-9):
         return None
-    return iteration[0] / calibration.iteration_ns
+    speed = iteration[0] / calibration.iteration_ns
+    return speed if 1 / SPEED_LIMIT <= speed <= SPEED_LIMIT else None
 
 
 def applied_costs(costs_ns: dict[str, float], speed: float = 1.0) -> dict[str, float]:
