@@ -680,7 +680,7 @@ def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
 
 def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, monkeypatch):
     pytest.importorskip("torch")
-    from experiments.datacollection.profiled import profiled_collection
+    from experiments.datacollection.profiled import MIN_CALIBRATION_BLOCKS, profiled_collection
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
     result = profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
@@ -691,10 +691,30 @@ def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, mon
         result["corrected_iteration_s"])
     assert result["calibration_uncertainty_pct"] == result["calibration_uncertainty_pct"]  # an interval, not NaN
     made = list((tmp_path / "rlscope" / "calibration").glob("*/calibration.json"))
-    command = Calibration.load(made[0]).command
+    calibration = Calibration.load(made[0])
+    command = calibration.command
     assert command[-5:-2] == ["torch", "16", "1"] and int(command[-2]) >= 10  # the loop, at least twice as long
+    # 5 profiled iterations can all be warm-up (16 ms against 0.2 ms later): a calibration sized
+    # from them alone had no complete block of windows, and no interval
+    assert calibration.blocks >= MIN_CALIBRATION_BLOCKS
     profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
     assert len(list((tmp_path / "rlscope" / "calibration").iterdir())) == 1  # the second run reused it
+
+
+def test_a_calibration_sized_from_warm_up_iterations_is_made_again_longer(tmp_path, monkeypatch):
+    pytest.importorskip("torch")
+    from experiments.datacollection.profiled import MIN_CALIBRATION_BLOCKS, profiled_collection
+    from rlscope.analyze import calibration as analysis
+
+    measure = analysis.trace_iteration
+    monkeypatch.setattr(analysis, "trace_iteration", lambda processes: (16e6, measure(processes)[1]))  # all warm-up
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    result = profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
+    (made,) = (tmp_path / "rlscope" / "calibration").glob("*/calibration.json")
+    calibration = Calibration.load(made)
+    assert int(calibration.command[-2]) > 8.0 / 16e-3  # longer than the warm-up called for
+    assert calibration.blocks >= MIN_CALIBRATION_BLOCKS
+    assert result["calibration_uncertainty_pct"] == result["calibration_uncertainty_pct"]
 
 
 def test_the_breakdown_figure_says_whether_it_is_corrected():

@@ -30,6 +30,8 @@ SKIPPED_EXIT = 3  # the loop's exit code when its backend cannot run here (reaso
 # configuration, which all its runs then share), enough for ~100 blocks of 10 ms windows, and at
 # least twice as long as the profiled run: correction is checked on runs of another length.
 CALIBRATION_SECONDS = 8.0
+# Fewer palindromic blocks of windows than this, and the calibration was sized from warm-up.
+MIN_CALIBRATION_BLOCKS = 20
 
 
 def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int, device: str) -> None:
@@ -112,22 +114,35 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
 
 def _calibration(command: list[str], trace: Path, iterations: int, device: str, timeout_s: float) -> tuple[Any, Path]:
     """The calibration of this loop on this machine (made once, then cached), with runs of about
-    ``CALIBRATION_SECONDS``, judged by the profiled run's iterations."""
+    ``CALIBRATION_SECONDS``, judged by the profiled run's iterations.
+
+    A short profiled run can be all warm-up: the torch loop's first 5 iterations take 16 ms and
+    later ones 0.2 ms, so a calibration sized from them came out 40x short, with no complete
+    block of windows and no interval for its costs. Where a calibration has fewer than
+    ``MIN_CALIBRATION_BLOCKS``, it is made again at the length its own windows' iterations call
+    for (up to twice)."""
     import math
+    import shutil
 
     from rlscope.analyze.calibration import trace_iteration
     from rlscope.collect.calibrate import cached_calibration
     from rlscope.trace.reader import read_trace
 
-    def sized() -> list[str]:
-        measured = trace_iteration(read_trace(trace))
-        if measured is None or measured[0] <= 0:
-            raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
-        length = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9)))
-        return command[:-2] + [str(length), device]
-
-    return cached_calibration(command[:-2] + [device], sized, startup_pairs=0, gpu=device.startswith("cuda"),
-                              timeout_s=timeout_s)
+    measured = trace_iteration(read_trace(trace))
+    if measured is None or measured[0] <= 0:
+        raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
+    length = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9)))
+    for attempt in range(3):
+        sized = command[:-2] + [str(length), device]
+        calibration, path = cached_calibration(command[:-2] + [device], lambda run=sized: run, startup_pairs=0,
+                                               gpu=device.startswith("cuda"), timeout_s=timeout_s)
+        steady_s = calibration.iteration_ns / 1e9
+        grown = math.ceil(CALIBRATION_SECONDS / steady_s) if steady_s > 0 else 16 * length
+        if calibration.blocks >= MIN_CALIBRATION_BLOCKS or attempt == 2 or grown <= 2 * length:
+            return calibration, path  # (few blocks of long iterations: as long as it should be)
+        shutil.rmtree(path.parent)
+        length = grown
+    raise AssertionError("unreachable")
 
 
 def main(argv: list[str]) -> int:
