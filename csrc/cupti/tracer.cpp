@@ -322,7 +322,7 @@ public:
     // CUDA API calls and GPU activities, so that one process can compare stretches with and
     // without them. Only the layers start() enabled come back. Recording neither turns every
     // activity kind off, CUPTI's own overhead records included, and keeps CUPTI attached:
-    // detaching at every switch (cuptiFinalize, thousands of times a run) crashed a JAX process
+    // detaching at every switch (cuptiFinalize, hundreds of times a run) crashed a JAX process
     // whose XLA threads were inside CUDA at the time (SIGSEGV, SIGFPE: 2 of 15 windows runs).
     // Only a session's stop detaches, once.
     void record(bool api, bool gpu) {

@@ -29,7 +29,7 @@ equal ``transitions``. Below ``cuda_api`` CUPTI records nothing but stays attach
 that has recorded with CUPTI stays slower until it is detached (``cuptiFinalize``), so windows
 that all follow a recording carry that cost at every level and measure it at none (SB3 PPO on
 CUDA on the H100: its corrected whole runs read +5-10% high). Detaching below ``cuda_api``
-measured it, but at thousands of detaches a run it crashed the JAX loop, whose XLA threads
+measured it, but at hundreds of detaches a run it crashed the JAX loop, whose XLA threads
 were inside CUDA at the time, in 2 of 15 windows runs; a profiler must not do that.
 
 The configurations follow a palindrome (``off, annotations, transitions, transitions,
