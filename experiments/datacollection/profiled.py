@@ -128,21 +128,27 @@ def _calibration(command: list[str], trace: Path, iterations: int, device: str, 
     from rlscope.collect.calibrate import cached_calibration
     from rlscope.trace.reader import read_trace
 
-    measured = trace_iteration(read_trace(trace))
-    if measured is None or measured[0] <= 0:
-        raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
-    length, attempts = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9))), 1
-    while True:
-        sized = command[:-2] + [str(length), device]
-        calibration, path = cached_calibration(command[:-2] + [device], lambda run=sized: run, startup_pairs=0,
+    length: int | None = None  # None: judged from the profiled run, read only if nothing is cached
+
+    def sized() -> list[str]:
+        nonlocal length
+        if length is None:
+            measured = trace_iteration(read_trace(trace))
+            if measured is None or measured[0] <= 0:
+                raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
+            length = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9)))
+        return command[:-2] + [str(length), device]
+
+    for attempt in range(3):
+        calibration, path = cached_calibration(command[:-2] + [device], sized, startup_pairs=0,
                                                gpu=device.startswith("cuda"), timeout_s=timeout_s)
         made = int(calibration.command[-2])  # its length (a cached one's may differ from this run's sizing)
         steady_s = calibration.iteration_ns / 1e9
-        grown = math.ceil(CALIBRATION_SECONDS / steady_s) if steady_s > 0 else 16 * made
-        if calibration.blocks >= MIN_CALIBRATION_BLOCKS or attempts == 3 or grown <= 2 * made:
-            return calibration, path  # (few blocks of long iterations: as long as it should be)
+        length = math.ceil(CALIBRATION_SECONDS / steady_s) if steady_s > 0 else 16 * made
+        if calibration.blocks >= MIN_CALIBRATION_BLOCKS or attempt == 2 or length <= 2 * made:
+            break  # (few blocks of long iterations: as long as it should be)
         shutil.rmtree(path.parent)
-        length, attempts = grown, attempts + 1
+    return calibration, path
 
 
 def main(argv: list[str]) -> int:
