@@ -42,6 +42,14 @@ STATES, one letter each (a child runs ITERATIONS PPO iterations of 64 steps):
   ``PATTERN``, CUPTI's recording (T), the Python hooks (H) or both (A), as calibration's windows
   do; the switch itself is timed and left out.
 
+Every child also times three CUDA calls in tight loops before iteration ``PROBE_AT`` (``PROBE_AT[0]``:
+before any recording; the others: while idle after recording, for states that go idle), the time
+left out of the iterations: ``cuStreamQuery`` through ctypes (a driver API call), a stream query
+through torch (a runtime API call) and a one-element ``add_`` (a kernel launch). Their change
+from the first probe, against U's (never attached) for the drift, is what recording leaves on
+every CUDA call, whether or not CUPTI records it: a per-call measure of E's idle cost, far less
+noisy than iteration times.
+
 Per child one line in ``OUT_DIR/states.jsonl``: median ms per iteration over iterations 3-9
 (``pre``) and from 12 (``post``), over 12 to ``IDLE_AT`` - 1 (``mid``) and from ``IDLE_AT`` + 2
 (``late``), and for T/H/A the medians per kind of iteration: ``on3`` (on, after two on),
@@ -80,6 +88,7 @@ from rlscope.collect.windows import WINDOWS_FILE, AlternatingWindows
 
 LATE = 10  # L, I, N, R, Q, E change state at this iteration's start
 IDLE_AT = 26  # Q and E go idle at this iteration's start
+PROBE_AT = (5, IDLE_AT + 4, IDLE_AT + 10)  # iterations before which the CUDA calls are timed
 SWITCH_FROM = 6  # T, H, A switch from this iteration on
 PATTERN = (1, 1, 1, 1, 1, 1, 0, 0, 0, 0, 1, 0, 1, 0, 1, 0)  # long runs and single iterations of each
 KINDS = {"on3": (1, 1, 1), "on2": (1, 1, 0), "on_after_off": (1, 0), "off_after_on": (0, 1), "off2": (0, 0, 1),
@@ -111,6 +120,32 @@ def release(session: Any, detach: bool) -> int | None:
     return int(ctypes.CDLL(library).cuptiFinalize())
 
 
+def probe_cuda_calls(rounds: int = 5) -> dict[str, float]:
+    """Median ns per call, over ``rounds`` rounds, of a driver API call (``cuStreamQuery`` on the
+    default stream, through ctypes), a runtime API call (torch's stream query) and a kernel
+    launch (``add_`` on one element, synchronised after the loop)."""
+    import torch
+
+    driver = ctypes.CDLL("libcuda.so.1")
+    stream = torch.cuda.current_stream()
+    x = torch.zeros(1, device="cuda")
+    torch.cuda.synchronize()
+    loops = {"driver_query": (20000, lambda: driver.cuStreamQuery(None)),
+             "runtime_query": (5000, stream.query),
+             "launch": (3000, lambda: x.add_(1))}
+    medians = {}
+    for name, (count, call) in loops.items():
+        spent = []
+        for _ in range(rounds):
+            began = time.perf_counter_ns()
+            for _ in range(count):
+                call()
+            torch.cuda.synchronize()
+            spent.append((time.perf_counter_ns() - began) / count)
+        medians[name] = float(np.median(spent))
+    return medians
+
+
 def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str, Any]:
     """One PPO run in ``state``; the rollout starts' times, and per iteration whether it was
     recorded and how long a switch at its start took."""
@@ -122,6 +157,7 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
     finalized: list[int | None] = []
     recorded: list[int] = []
     switch_ns: list[int] = []
+    probes: list[dict[str, float]] = []
     late = contextlib.ExitStack()
 
     def change_state(iteration: int) -> None:
@@ -156,11 +192,14 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
             stamps.append(now)
             iteration = len(stamps) - 1
             on, spent = 1, 0
+            if device == "cuda" and iteration in PROBE_AT:
+                probes.append(probe_cuda_calls())
+                spent = time.perf_counter_ns() - now
             if state in "THA" and iteration >= SWITCH_FROM:
                 on = PATTERN[(iteration - SWITCH_FROM) % len(PATTERN)]
                 if on != recorded[-1]:
                     switch(on)
-                    spent = time.perf_counter_ns() - now
+                    spent += time.perf_counter_ns() - now
             recorded.append(on)
             switch_ns.append(spent)
             if (iteration == LATE and state in "LINRQEPXFD") or (iteration == IDLE_AT and state in "QEPXFD"):
@@ -185,7 +224,8 @@ def run_child(state: str, trace: Path, iterations: int, device: str) -> dict[str
         with rlscope.operation("learn"):
             model.learn(total_timesteps=64 * iterations, callback=Probe())
             late.close()
-    child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns, "finalized": finalized}
+    child: dict[str, Any] = {"stamps": stamps, "recorded": recorded, "switch_ns": switch_ns, "finalized": finalized,
+                             "probes": probes}
     if state in WINDOW_LEVELS:
         (found,) = trace.rglob(WINDOWS_FILE)
         child["windows"] = json.loads(found.read_text())["windows"]
@@ -203,6 +243,8 @@ def summarise_child(state: str, round_: int, child: dict[str, Any]) -> dict[str,
     if len(times) >= IDLE_AT + 28:
         row.update(late1=float(np.median(times[IDLE_AT + 2:IDLE_AT + 14])),
                    late2=float(np.median(times[IDLE_AT + 14:])))
+    for position, probe in enumerate(child["probes"]):
+        row.update({f"probe{position}_{name}": ns for name, ns in probe.items()})
     if child["finalized"]:
         row["finalize_result"] = child["finalized"][0]
     if state in "THA":
@@ -283,6 +325,14 @@ def report(rows: list[dict[str, Any]]) -> None:
                 show(f"{state} level {upper} vs {lower}", [100 * (r[state][high] / r[state][low] - 1)
                                                           for r in by_round.values()
                                                           if state in r and {high, low} <= r[state].keys()])
+        for position in range(1, len(PROBE_AT)):
+            for name in ("driver_query", "runtime_query", "launch"):
+                later, first = f"probe{position}_{name}", f"probe0_{name}"
+                deltas = [r[state][later] - r[state][first] for r in by_round.values() if later in r.get(state, {})]
+                if deltas:
+                    label = f"{state} probe{position} {name}"
+                    print(f"{label:>26}: n={len(deltas):2d} median {np.median(deltas):+7.0f} ns per call against "
+                          f"probe0 [{', '.join(f'{d:+.0f}' for d in deltas)}]")
         if state == "D":
             codes = {r["D"].get("finalize_result") for r in by_round.values() if "D" in r}
             print(f"{'D cuptiFinalize returned':>26}: {sorted(codes, key=str)}")
