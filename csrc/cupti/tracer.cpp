@@ -46,6 +46,7 @@
 #include <utility>
 #include <vector>
 
+#include "call_probe.hpp"
 #include "decode.hpp"
 
 namespace nb = nanobind;
@@ -539,6 +540,8 @@ private:
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };
 
+CallProbe g_probe;  // rlscope.collect.cupti_residual's timed CUDA calls
+
 nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> to_array(std::vector<int64_t> &&rows) {
     auto *data = new std::vector<int64_t>(std::move(rows));
     nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
@@ -582,6 +585,24 @@ NB_MODULE(_cupti, m) {
     }, "buffers"_a, "kernel_names"_a,
           "Decode recorded activity buffers in order, as the live tracer did: (N x 9 int64 rows, names, stats).\n"
           "Kernel names come from ``kernel_names`` (the recording's pointers are meaningless here).");
+    m.def("probe_open", [](const std::vector<std::string> &cudart_candidates) {
+        g_probe.open(cudart_candidates);
+        return g_probe.runtime_path();
+    }, "cudart_candidates"_a,
+          "Make the first GPU's primary context current and prepare the timed calls; returns the libcudart\n"
+          "path whose stream query is timed too (empty: none found).");
+    m.def("probe_calls", [](size_t calls) {
+        std::vector<std::pair<std::string, double>> times;
+        {
+            nb::gil_scoped_release unlocked;
+            times = g_probe.time(calls);
+        }
+        nb::dict out;
+        for (const auto &[name, ns] : times) out[name.c_str()] = ns;
+        return out;
+    }, "calls"_a,
+          "Nanoseconds per call of cuStreamQuery, cuLaunchKernel (an empty kernel) and cudaStreamQuery (if\n"
+          "found), each timed over ``calls`` calls in a tight loop.");
     nb::class_<Tracer>(m, "Tracer")
         .def(nb::init<std::string, std::string, size_t, size_t, std::string>(), "rows_path"_a, "names_path"_a,
              "chunk_rows"_a = 1 << 16, "buffer_bytes"_a = 8 << 20, "dump_dir"_a = "")
