@@ -147,6 +147,11 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
         ci = calibration.startup_ci95_ns
         click.echo(f"{'start-up':>14}: {calibration.startup_ns / 1e6:10.1f} ms before the first rlscope.step(), "
                    f"beyond its events" + (f" ± {ci / 1e6:.1f} (95%)" if ci is not None else ""))
+    if calibration.cupti_residual_ns is not None:
+        ci = calibration.cupti_residual_ci95_ns
+        click.echo(f"the CUDA API cost includes {calibration.cupti_residual_ns:.0f} ns"
+                   + (f" ± {ci:.0f}" if ci is not None else "") + " that CUPTI's recording leaves on every CUDA "
+                   "call, unseen by the windows", err=True)
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if calibration.uncertainty_pct is not None:

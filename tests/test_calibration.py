@@ -21,6 +21,7 @@ from rlscope.analyze.calibration import (
     derive_window_costs,
     machine_fingerprint,
 )
+from rlscope.collect.cupti import gpu_unavailable_reason
 from rlscope.errors import RlscopeError
 
 TRUE_COSTS = {"annotation": 400.0, "python_call": 1500.0, "cuda_api": 2500.0, "gpu_activity": 900.0}
@@ -49,11 +50,14 @@ def test_injected_costs_are_recovered_exactly():
 
 
 def _windows(blocks: int, levels: tuple[int, ...] = (0, 1, 2), annotations_per_it: float = 2.0,
-             calls_per_it: float = 3.0, seed: int = 0, noise_ns: dict[int, float] | None = None) -> list[list[float]]:
+             calls_per_it: float = 3.0, seed: int = 0, noise_ns: dict[int, float] | None = None,
+             residual_ns: float = 0.0) -> list[list[float]]:
     """Alternating windows in palindromic blocks whose time per iteration is a drifting base (a
     jump between blocks, linear within one) plus the true costs of the events switched on
     (per iteration: 1.5 CUDA API calls from level 3, 0.5 kernels from level 4), plus, per level
-    in ``noise_ns``, normal noise of that standard deviation on each of its windows."""
+    in ``noise_ns``, normal noise of that standard deviation on each of its windows. Below level
+    3 the same 1.5 CUDA calls, unrecorded, cost ``residual_ns`` each (what CUPTI's recording
+    leaves on every call), so the windows see the CUDA API cost less that."""
     import numpy as np
 
     rng = np.random.default_rng(seed)
@@ -63,6 +67,7 @@ def _windows(blocks: int, levels: tuple[int, ...] = (0, 1, 2), annotations_per_i
         for i, level in enumerate(levels + levels[::-1]):
             per_it = _events_per_iteration(level, annotations_per_it, calls_per_it)
             tau = base + slope * i + sum(n * TRUE_COSTS[e] for e, n in per_it.items())
+            tau += 1.5 * residual_ns if level < 3 else 0.0
             tau += rng.normal(0, (noise_ns or {}).get(level, 0.0))
             windows.append([level, tau * 500, 500, *(n * 500 for n in per_it.values())])
     return windows
@@ -120,6 +125,44 @@ def test_window_validation_scales_only_the_cpu_side_costs_by_speed():
     windows = [_windows(20, levels=(0, 4))]
     assert window_errors(windows, slower, speed=2.0)["window_corrected_error_pct"] == pytest.approx(0, abs=1e-9)
     assert window_errors(windows, slower)["window_corrected_error_pct"] > 0
+
+
+def test_the_residual_of_cuptis_recording_completes_the_cuda_api_cost_the_windows_see():
+    from rlscope.collect.calibrate import RESIDUAL, WINDOWS, _derive
+
+    residual = 800.0
+    windows = _windows(20, levels=(0, 1, 2, 3, 4), residual_ns=residual)
+    seen, _, _ = derive_window_costs([windows])
+    assert seen["cuda_api"] == pytest.approx(TRUE_COSTS["cuda_api"] - residual)
+    probes = {"driver_launch": {"residual_ns": residual, "ci95_ns": 90.0}, "driver_query": {"residual_ns": 200.0,
+                                                                                           "ci95_ns": 50.0}}
+    runs = [{"config": WINDOWS, "repetition": 0, "windows": [windows], "pair": 0, "startup": None},
+            {"config": RESIDUAL, "repetition": 0, "probes": probes}]
+    calibration = _derive(runs)
+    assert calibration.costs_ns["cuda_api"] == pytest.approx(TRUE_COSTS["cuda_api"])
+    assert calibration.costs_ns["gpu_activity"] == pytest.approx(TRUE_COSTS["gpu_activity"])  # above the residual
+    assert calibration.cupti_residual_ns == residual and calibration.cupti_residual_ci95_ns == 90.0
+    assert calibration.ci95_ns["cuda_api"] == pytest.approx(90.0)  # the window cost's own half-width is 0 here
+    cpu_only = _derive([runs[0] | {"windows": [_windows(20)]}, runs[1]])  # no CUDA API cost: nothing to add to
+    assert "cuda_api" not in cpu_only.costs_ns and cpu_only.cupti_residual_ns is None
+
+
+def test_the_windows_check_takes_the_residual_off_its_unprofiled_windows():
+    from experiments.overhead.validate import window_errors
+
+    windows = [_windows(20, levels=(0, 4), residual_ns=800.0)]
+    exact = window_errors(windows, TRUE_COSTS, unprofiled_ns={"cuda_api": 800.0})
+    assert exact["window_corrected_error_pct"] == pytest.approx(0, abs=1e-9)
+    assert window_errors(windows, TRUE_COSTS)["window_corrected_error_pct"] < 0  # against the slowed windows
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is here: the probe would succeed")
+def test_a_failed_residual_probe_is_reported_with_its_log(tmp_path):
+    from rlscope.collect.calibrate import _measure_residual
+
+    result, why = _measure_residual(tmp_path / "residual", timeout_s=120)  # no GPU or libcupti here
+    assert result is None and "exit code 1" in why and str(tmp_path / "residual" / "log.txt") in why
+    assert "rlscope: " in (tmp_path / "residual" / "log.txt").read_text()
 
 
 def test_noise_gives_an_interval_and_one_repetition_gives_none():

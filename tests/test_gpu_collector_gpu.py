@@ -172,3 +172,12 @@ def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
 
     probe = _cupti.Tracer(str(tmp_path / "rows"), str(tmp_path / "names"))
     assert not probe.stats()["cupti_attached"] and probe.stats()["detaches"] >= 2
+
+
+def test_the_residual_probe_detaches_between_cycles_and_times_every_call():
+    from rlscope.collect.cupti_residual import measure_residual
+
+    result = measure_residual(cycles=6, calls=2000)  # raises unless CUPTI detached after every cycle
+    assert result["cycles"] == 6 and {"driver_query", "driver_launch"} <= set(result["probes"])
+    for probe in result["probes"].values():
+        assert probe["detached_ns"] > 0 and probe["recorded_ns"] > 0 and probe["ci95_ns"] is not None

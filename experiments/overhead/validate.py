@@ -16,7 +16,10 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI records nothing in
   the unprofiled windows but stays attached). Per palindromic block, the corrected time per
   iteration of the profiled windows against that of the unprofiled windows next to them; median
-  and its 95% interval over blocks.
+  and its 95% interval over blocks. Unprofiled windows that follow a recording pay CUPTI's
+  residual on each CUDA call (``rlscope.collect.cupti_residual``), which calibration adds to
+  the CUDA API cost; their time is taken less that, for the profiled windows' calls. So this
+  check cannot test the residual itself; whole runs and sessions (CUPTI detached between them) do.
 - **sessions** (``session_*``): one run of ``session_steps`` that starts and stops whole
   ``rlscope.profile()`` sessions as it goes (``experiments.overhead.sessions``): segments of
   ``session_segment_ms`` profiled or not, compared per palindromic block as the windows are. Unlike
@@ -52,13 +55,17 @@ def _total_ns(breakdown: Any, column: str) -> float:
 
 
 def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], speed: float = 1.0,
-                  prefix: str = "window") -> dict[str, float]:
+                  prefix: str = "window", unprofiled_ns: dict[str, float] | None = None) -> dict[str, float]:
     """Raw and corrected error of the profiled windows against the unprofiled ones, in percent:
     per block, time per iteration of each (trace writes left out: the correction removes them
     whole); the median over blocks with its 95% interval, as calibration takes its costs, and
     the mean beside it (on a shared machine a block now and then loses milliseconds to another
     process, which moves the mean by more than the correction's own error). The same for the
-    segments of a ``--sessions`` run, with ``prefix="session"``."""
+    segments of a ``--sessions`` run, with ``prefix="session"``.
+
+    ``unprofiled_ns``: per event type, what the unprofiled windows pay per event of the profiled
+    windows though they record nothing (CUPTI's residual on each CUDA call): their time less that
+    is the uninstrumented time they stand for."""
     from rlscope.analyze.calibration import applied_costs, median_ci95, window_blocks
 
     costs = applied_costs(costs_ns, speed)
@@ -68,6 +75,7 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
             if len(block) != 2:
                 continue
             (base, _), (tau, eps) = block[min(block)], block[max(block)]
+            base -= sum(cost * eps.get(event, 0.0) for event, cost in (unprofiled_ns or {}).items())
             removed = sum(costs.get(event, 0.0) * per_iteration for event, per_iteration in eps.items())
             raw.append(100 * (tau - base) / base)
             corrected.append(100 * (tau - removed - base) / base)
@@ -245,7 +253,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **reused,
         **sessions,
         **whole,
-        **window_errors(windows, calibration.costs_ns, window_speed or 1.0),
+        **window_errors(windows, calibration.costs_ns, window_speed or 1.0,
+                        unprofiled_ns={"cuda_api": calibration.cupti_residual_ns or 0.0}),
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
@@ -255,6 +264,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                 else float("nan")),
         "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
                                         else float("nan")),
+        "cupti_residual_ns": (calibration.cupti_residual_ns if calibration.cupti_residual_ns is not None
+                              else float("nan")),
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }

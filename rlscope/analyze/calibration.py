@@ -60,7 +60,7 @@ __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_coun
            "write_time_in", "window_iteration", "correction_uncertainty_pct", "cost_correlation", "joint_half_width",
            "trace_iteration", "speed_factor", "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE",
            "PROFILER_LAYER", "first_step_ns", "profiled_startup", "startup_removed", "startup_cost",
-           "applied_startup_ns", "iterating_process"]
+           "applied_startup_ns", "iterating_process", "add_residual", "RESIDUAL_PROBE"]
 
 CALIBRATION_FILE = "calibration.json"
 PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
@@ -129,6 +129,12 @@ class Calibration:
     # the costs of its counted events, with its 95% half-width (``startup_cost``); None: not measured.
     startup_ns: float | None = None
     startup_ci95_ns: float | None = None
+    # What a process that has recorded with CUPTI keeps paying on each CUDA call
+    # (``rlscope.collect.cupti_residual``), with its 95% half-width: the part of the CUDA API
+    # cost that alternating windows cannot see, already added to ``costs_ns["cuda_api"]``.
+    # None: not measured (no GPU, or costs from whole runs, which contain it).
+    cupti_residual_ns: float | None = None
+    cupti_residual_ci95_ns: float | None = None
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -251,6 +257,31 @@ def derive_costs(runs: list[dict[str, Any]], known: dict[str, float] | None = No
                            "see the failed runs' logs and calibrate again")
     means, ci = _mean_ci(per_rep)
     return means, ci, min(len(v) for v in per_rep.values())
+
+
+# The residual probe (``rlscope.collect.cupti_residual``) whose cost is added to each recorded CUDA
+# API call: kernel launches are most of the outermost API calls of RL workloads, PyTorch's and
+# XLA's alike, and on the H100 a launch kept +0.7-1.0 µs after recording, a stream query +0.2-0.4 µs.
+RESIDUAL_PROBE = "driver_launch"
+
+
+def add_residual(costs: dict[str, float], ci: dict[str, float | None], probes: dict[str, dict[str, Any]]
+                 ) -> tuple[dict[str, float], dict[str, float | None], float | None, float | None]:
+    """The window costs with what CUPTI's recording leaves on every later CUDA call added to the
+    CUDA API cost (``RESIDUAL_PROBE`` of ``probes``, as ``rlscope.collect.cupti_residual``
+    measures them), its half-width combined with the window cost's as independent errors; also
+    the residual and its half-width (None, None where the probe is missing).
+
+    Why: the windows' cost is the profiled windows' time less the unprofiled windows', and those
+    follow a recording, so they pay the residual as well; a profiled process, against an
+    uninstrumented one, pays it on every call (SB3 PPO on CUDA: corrected runs +5-10% without it)."""
+    found = probes.get(RESIDUAL_PROBE)
+    if found is None or "cuda_api" not in costs:
+        return costs, ci, None, None
+    residual, half = float(found["residual_ns"]), found.get("ci95_ns")
+    window_half = ci.get("cuda_api")
+    combined = None if window_half is None or half is None else math.hypot(window_half, half)
+    return {**costs, "cuda_api": costs["cuda_api"] + residual}, {**ci, "cuda_api": combined}, residual, half
 
 
 # Alternating windows (rlscope.collect.windows): level -> the event type whose cost it adds.

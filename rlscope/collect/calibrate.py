@@ -6,7 +6,10 @@ Per repetition: one run that alternates the layers in windows of a few milliseco
 GPU activity recording; and pairs of start-ups (``startup_cost``): an uninstrumented run ended
 at its first ``rlscope.step()`` against a profiled one, the first pair's profiled start-up being
 the alternating run's own (it is profiled throughout up to its first step), the others' runs
-that are profiled and end at their first step. The order alternates between repetitions. A
+that are profiled and end at their first step. The order alternates between repetitions. Where
+a GPU is traced, once per calibration, what CUPTI's recording leaves on every later CUDA call
+(``rlscope.collect.cupti_residual``, a process of its own): the windows' CUDA API cost lacks
+it, since their unprofiled windows pay it too. A
 workload that never calls ``rlscope.step()`` has no iterations to alternate on: it is
 calibrated with whole runs of every configuration instead.
 
@@ -22,6 +25,7 @@ import hashlib
 import json
 import os
 import subprocess
+import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -36,6 +40,7 @@ from rlscope.analyze.calibration import (
     correction_uncertainty_pct,
     cost_correlation,
     derive_costs,
+    add_residual,
     derive_window_costs,
     event_counts,
     event_times,
@@ -57,6 +62,8 @@ WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short again
 WINDOWS = "windows"  # the configuration name of an alternating run
 STARTUP = "startup"  # an uninstrumented run to its first rlscope.step(): the baseline of the start-up cost
 PROFILED_STARTUP = "startup-profiled"  # a profiled run to its first rlscope.step()
+RESIDUAL = "cupti-residual"  # the run of rlscope.collect.cupti_residual
+RESIDUAL_TIMEOUT_S = 300.0
 STARTUP_PAIRS = 3  # start-up pairs per repetition (``calibrate``'s ``startup_pairs``)
 MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
 
@@ -139,6 +146,14 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     plan += [run for k in range(1, startup_pairs) for run in ((PROFILED_STARTUP, k), (STARTUP, k))]
     runs: list[dict[str, Any]] = []
     failures: list[str] = []
+    if gpu:
+        progress("CUPTI's residual cost per CUDA call (a process of its own, about 10 s)")
+        residual, failure = _measure_residual(output / "runs" / RESIDUAL, timeout_s)
+        if residual is not None:
+            runs.append({"config": RESIDUAL, "repetition": 0, **residual})
+        else:
+            failures.append(failure)
+            progress(f"  failed: {failure}; the CUDA API cost will lack what recording leaves on every call")
     done = 0
     rep = 0
     while rep < repetitions or _wants_more(runs, plan, precision_pct, rep, repetitions, progress):
@@ -202,6 +217,23 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     return calibration, failures
 
 
+def _measure_residual(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    """Run ``python -m rlscope.collect.cupti_residual`` in ``run_dir``: its result, or None and
+    why it failed (with its log)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log, result = run_dir / "log.txt", run_dir / "residual.json"
+    with log.open("w") as out:
+        try:
+            code = subprocess.run([sys.executable, "-m", "rlscope.collect.cupti_residual", str(result)], stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=min(timeout_s, RESIDUAL_TIMEOUT_S)).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    if code == 0 and result.exists():
+        return json.loads(result.read_text()), ""
+    why = "timed out" if code is None else f"exit code {code}"
+    return None, f"CUPTI residual probe: {why}; log: {log}"
+
+
 def _wants_more(runs: list[dict[str, Any]], plan: list[tuple[str, int]], precision_pct: float, rep: int,
                 repetitions: int, progress: Callable[[str], None]) -> bool:
     """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap)."""
@@ -221,8 +253,12 @@ def _wants_more(runs: list[dict[str, Any]], plan: list[tuple[str, int]], precisi
 
 def _derive(runs: list[dict[str, Any]]) -> Calibration:
     alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
-    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP, PROFILED_STARTUP)]
+    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP, PROFILED_STARTUP, RESIDUAL)]
     costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
+    residual, residual_ci = None, None
+    probe = next((r for r in runs if r["config"] == RESIDUAL), None)
+    if probe is not None and "cuda_api" in costs:
+        costs, ci, residual, residual_ci = add_residual(costs, ci, probe["probes"])
     correlation = cost_correlation(alternating) if alternating else {}
     uncertainty = correction_uncertainty_pct(alternating, ci, correlation) if alternating else None
     reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
@@ -238,7 +274,8 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
     return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
                        blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
                        correlation=correlation, uncertainty_pct=uncertainty,
-                       startup_ns=startup, startup_ci95_ns=startup_ci)
+                       startup_ns=startup, startup_ci95_ns=startup_ci, cupti_residual_ns=residual,
+                       cupti_residual_ci95_ns=residual_ci)
 
 
 def calibration_cache_dir() -> Path:
