@@ -30,7 +30,9 @@ that has recorded with CUPTI stays slower until it is detached (``cuptiFinalize`
 that all follow a recording carry that cost at every level and measure it at none (SB3 PPO on
 CUDA on the H100: its corrected whole runs read +5-10% high). Detaching below ``cuda_api``
 measured it, but at hundreds of detaches a run it crashed the JAX loop, whose XLA threads
-were inside CUDA at the time, in 2 of 15 windows runs; a profiler must not do that.
+were inside CUDA at the time, in 2 of 15 windows runs; a profiler must not do that. That cost is
+measured per CUDA call in a process of rlscope's own instead (``rlscope.collect.cupti_residual``)
+and added to the CUDA API cost the windows give.
 
 The configurations follow a palindrome (``off, annotations, transitions, transitions,
 annotations, off``, ...), so a drift linear over one block of windows adds the same time to
