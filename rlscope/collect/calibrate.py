@@ -37,10 +37,10 @@ from rlscope.analyze.calibration import (
     CONFIGS,
     GPU_CONFIGS,
     Calibration,
+    add_residual,
     correction_uncertainty_pct,
     cost_correlation,
     derive_costs,
-    add_residual,
     derive_window_costs,
     event_counts,
     event_times,
@@ -257,7 +257,7 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
     costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
     residual, residual_ci = None, None
     probe = next((r for r in runs if r["config"] == RESIDUAL), None)
-    if probe is not None and "cuda_api" in costs:
+    if probe is not None:
         costs, ci, residual, residual_ci = add_residual(costs, ci, probe["probes"])
     correlation = cost_correlation(alternating) if alternating else {}
     uncertainty = correction_uncertainty_pct(alternating, ci, correlation) if alternating else None

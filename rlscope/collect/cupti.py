@@ -24,7 +24,7 @@ from rlscope.errors import RlscopeError
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 
 __all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS", "parse_gpu_layers",
-           "libcupti_candidates", "gpu_unavailable_reason", "ENV_LIBCUPTI"]
+           "libcupti_candidates", "nvidia_library_candidates", "gpu_unavailable_reason", "ENV_LIBCUPTI"]
 
 ENV_LIBCUPTI = "RLSCOPE_LIBCUPTI"  # path of the libcupti to use
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
@@ -79,21 +79,28 @@ class GpuUnavailableWarning(UserWarning):
     """No GPU collection in this process (no GPU, no driver, no libcupti); CPU profiling goes on."""
 
 
-def libcupti_candidates() -> list[str]:
-    """Where libcupti may be, best first: $RLSCOPE_LIBCUPTI, the nvidia-cuda-cupti wheel (the
-    copy torch and jax load), the CUDA toolkit, then the loader's search path."""
+def nvidia_library_candidates(stem: str, wheel_dirs: tuple[str, ...], toolkit_dirs: tuple[str, ...]) -> list[str]:
+    """Where the NVIDIA library ``stem`` (``libcupti``, ``libcudart``) may be, best first: the
+    nvidia-* wheels on ``sys.path`` (the copies torch and jax load), the CUDA toolkit, then the
+    loader's search path."""
     paths: list[str] = []
-    if os.environ.get(ENV_LIBCUPTI):
-        paths.append(os.environ[ENV_LIBCUPTI])
     for entry in sys.path:
         base = Path(entry or ".") / "nvidia"
-        for sub in ("cu13/lib", "cuda_cupti/lib"):
-            paths += sorted(str(p) for p in (base / sub).glob("libcupti.so*"))
+        for sub in wheel_dirs:
+            paths += sorted(str(p) for p in (base / sub).glob(f"{stem}.so*"))
     for home in filter(None, (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")):
-        for sub in ("lib64", "extras/CUPTI/lib64", "lib"):
-            paths += sorted(str(p) for p in (Path(home) / sub).glob("libcupti.so.*"))
-    paths += ["libcupti.so.13", "libcupti.so.12", "libcupti.so"]
+        for sub in toolkit_dirs:
+            paths += sorted(str(p) for p in (Path(home) / sub).glob(f"{stem}.so.*"))
+    paths += [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
     return list(dict.fromkeys(paths))
+
+
+def libcupti_candidates() -> list[str]:
+    """Where libcupti may be, best first: $RLSCOPE_LIBCUPTI, then ``nvidia_library_candidates``
+    (the nvidia-cuda-cupti wheel, the CUDA toolkit, the loader's search path)."""
+    found = nvidia_library_candidates("libcupti", ("cu13/lib", "cuda_cupti/lib"),
+                                      ("lib64", "extras/CUPTI/lib64", "lib"))
+    return list(dict.fromkeys(filter(None, [os.environ.get(ENV_LIBCUPTI), *found])))
 
 
 def gpu_unavailable_reason() -> str | None:

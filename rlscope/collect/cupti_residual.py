@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import sys
 import tempfile
 from collections.abc import Callable
@@ -33,7 +32,7 @@ from typing import Any
 import numpy as np
 
 from rlscope.analyze.calibration import median_ci95
-from rlscope.collect.cupti import QUERY_APIS, libcupti_candidates
+from rlscope.collect.cupti import QUERY_APIS, libcupti_candidates, nvidia_library_candidates
 from rlscope.errors import RlscopeError
 
 __all__ = ["measure_residual", "libcudart_candidates", "CYCLES", "CALLS"]
@@ -45,15 +44,7 @@ CALLS = 20000  # calls per probe: ~10-60 ms each, long against the clock, short 
 def libcudart_candidates() -> list[str]:
     """Where the CUDA runtime may be, best first: the nvidia-cuda-runtime wheel (torch's), the
     CUDA toolkit, then the loader's search path."""
-    paths: list[str] = []
-    for entry in sys.path:
-        base = Path(entry or ".") / "nvidia"
-        for sub in ("cu13/lib", "cuda_runtime/lib"):
-            paths += sorted(str(p) for p in (base / sub).glob("libcudart.so.*"))
-    for home in filter(None, (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")):
-        paths += sorted(str(p) for p in (Path(home) / "lib64").glob("libcudart.so.*"))
-    paths += ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
-    return list(dict.fromkeys(paths))
+    return nvidia_library_candidates("libcudart", ("cu13/lib", "cuda_runtime/lib"), ("lib64",))
 
 
 def measure_residual(cycles: int = CYCLES, calls: int = CALLS,
