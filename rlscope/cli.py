@@ -126,7 +126,9 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
                    "(up to 4x --repetitions runs; 0: never): for workloads whose iterations outlast a window.")
 @click.option("--startup-pairs", type=click.IntRange(min=0), default=3, show_default=True,
               help="Per repetition, start-ups run uninstrumented and profiled to their first rlscope.step(), "
-                   "for what profiling adds to a start-up beyond its events (0: not measured).")
+                   "for what profiling adds to a start-up beyond its events (0: not measured). Where a GPU is "
+                   "traced, all but the first pair run to the end and also measure what a continuously "
+                   "profiled run pays per CUDA API call beyond the windows' costs.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
               precision_pct: float, startup_pairs: int, command: tuple[str, ...]) -> None:
@@ -152,6 +154,11 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
         click.echo(f"the CUDA API cost includes {calibration.cupti_residual_ns:.0f} ns"
                    + (f" ± {ci:.0f}" if ci is not None else "") + " that CUPTI's recording leaves on every CUDA "
                    "call, unseen by the windows", err=True)
+    if calibration.continuous_ns is not None:
+        ci = calibration.continuous_ci95_ns
+        click.echo(f"and {calibration.continuous_ns:.0f} ns" + (f" ± {ci:.0f}" if ci is not None else "")
+                   + " that a continuously profiled run paid per CUDA API call beyond the windows' costs "
+                   "(whole-run pairs)", err=True)
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if calibration.uncertainty_pct is not None:

@@ -147,6 +147,49 @@ def test_the_residual_of_cuptis_recording_completes_the_cuda_api_cost_the_window
     assert "cuda_api" not in cpu_only.costs_ns and cpu_only.cupti_residual_ns is None
 
 
+def _whole_pair(continuous_ns: float, speed_scale: float, windows: list[list[float]], rep: int, pair: int
+                ) -> list[dict]:
+    """A start-up pair run whole: an uninstrumented run and a profiled one whose time from its
+    first step is the uninstrumented one's, plus its writes, plus its events at the true costs
+    (the CPU-side ones scaled by how much slower its iterations ran than calibration's, with the
+    same events per iteration), plus ``continuous_ns`` per CUDA API call."""
+    from rlscope.analyze.calibration import applied_costs, window_iteration
+    from rlscope.collect.calibrate import PROFILED_STARTUP, STARTUP
+
+    base = 30e9 + 1e9 * (rep + pair)  # the machine drifts between pairs
+    events = {"annotation": 4_000, "python_call": 6_000, "cuda_api": 3_000, "gpu_activity": 1_000}
+    writes = 2e8
+    raw = base + writes + continuous_ns * events["cuda_api"] + sum(
+        n * applied_costs(TRUE_COSTS, speed_scale)[e] for e, n in events.items())
+    iteration_ns, cpu_events = window_iteration([windows])
+    startup = {"raw_ns": 5e9, "writes_ns": 0, "events": dict.fromkeys(events, 0)}
+    return [{"config": STARTUP, "repetition": rep, "pair": pair, "startup_ns": 4e9, "steady_ns": base},
+            {"config": PROFILED_STARTUP, "repetition": rep, "pair": pair, "startup": startup,
+             "steady": {"raw_ns": raw, "writes_ns": writes, "events": events},
+             "iteration": (iteration_ns * speed_scale, cpu_events)}]
+
+
+def test_whole_run_pairs_recover_what_continuous_profiling_costs_per_cuda_call():
+    from experiments.overhead.validate import window_costs
+    from rlscope.collect.calibrate import WINDOWS, _derive
+
+    windows = _windows(20, levels=(0, 1, 2, 3, 4))
+    runs = [{"config": WINDOWS, "repetition": 0, "windows": [windows], "pair": 0, "startup": None}]
+    continuous = 1200.0
+    for pair, speed in ((1, 1.0), (2, 1.3)):  # one pair's iterations ran slower, as a profiled process's do
+        runs += _whole_pair(continuous, speed, windows, 0, pair)
+    calibration = _derive(runs)
+    assert calibration.continuous_ns == pytest.approx(continuous)
+    assert calibration.continuous_ci95_ns == pytest.approx(0, abs=1e-6)
+    assert calibration.costs_ns["cuda_api"] == pytest.approx(TRUE_COSTS["cuda_api"] + continuous)
+    assert window_costs(calibration)["cuda_api"] == pytest.approx(TRUE_COSTS["cuda_api"])  # what windows pay
+    assert calibration.startup_ns == pytest.approx(1e9)  # the start-up pairs are unchanged by it
+    without = _derive(runs[:1] + [_whole_pair(0.0, 1.0, windows, 0, 1)[0]])  # no profiled whole run: not measured
+    assert without.continuous_ns is None and without.costs_ns["cuda_api"] == pytest.approx(TRUE_COSTS["cuda_api"])
+    cpu_only = _derive([runs[0] | {"windows": [_windows(20)]}, *runs[1:]])  # no CUDA API cost: nothing measured
+    assert cpu_only.continuous_ns is None and "cuda_api" not in cpu_only.costs_ns
+
+
 def test_the_windows_check_takes_the_residual_off_its_unprofiled_windows():
     from experiments.overhead.validate import window_errors
 

@@ -87,6 +87,15 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
             f"{prefix}_blocks": len(corrected)}
 
 
+def window_costs(calibration: Any) -> dict[str, float]:
+    """The costs that alternating windows pay: the calibration's, less what only a continuously
+    profiled process pays per CUDA API call (``Calibration.continuous_ns``)."""
+    costs = dict(calibration.costs_ns)
+    if calibration.continuous_ns is not None:
+        costs["cuda_api"] -= calibration.continuous_ns
+    return costs
+
+
 def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected_ns: float,
                   costs_ns: dict[str, float], speed: float, startup_ns: float = 0.0) -> dict[str, float]:
     """The whole-run check from the first rlscope.step() on: the interpreter's start-up (imports,
@@ -95,7 +104,7 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     removed from there on (all it removed, less what it removed from the start-up: the main
     thread's events and trace writes there, and ``startup_ns``, the calibration's start-up
     cost as applied). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import applied_costs, first_step_ns, profiled_startup, startup_removed
+    from rlscope.analyze.calibration import applied_costs, first_step_ns, profiled_startup, span_removed
     from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
@@ -106,7 +115,7 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     if None in firsts or startup is None:
         return {}
     bases = [float(b.meta["end_ns"] - f) for b, f in zip(base, firsts)]
-    before = startup_removed(startup, applied_costs(costs_ns, speed)) + startup_ns
+    before = span_removed(startup, applied_costs(costs_ns, speed)) + startup_ns
     steady_raw = float(process.meta["end_ns"] - process.meta["start_ns"] - startup["raw_ns"])
     steady_corrected = steady_raw - (raw_ns - corrected_ns - before)
     uninstrumented = sum(bases) / 2
@@ -253,7 +262,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **reused,
         **sessions,
         **whole,
-        **window_errors(windows, calibration.costs_ns, window_speed or 1.0,
+        **window_errors(windows, window_costs(calibration), window_speed or 1.0,
                         unprofiled_ns={"cuda_api": calibration.cupti_residual_ns or 0.0}),
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
         **unprofiled_windows_slowdown(windows, whole),
@@ -266,6 +275,9 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                         else float("nan")),
         "cupti_residual_ns": (calibration.cupti_residual_ns if calibration.cupti_residual_ns is not None
                               else float("nan")),
+        "continuous_ns": calibration.continuous_ns if calibration.continuous_ns is not None else float("nan"),
+        "continuous_ci95_ns": (calibration.continuous_ci95_ns if calibration.continuous_ci95_ns is not None
+                               else float("nan")),
         **{f"cost_{event}_ns": cost for event, cost in calibration.costs_ns.items()},
         **{f"cost_{event}_ci95_ns": ci for event, ci in calibration.ci95_ns.items() if ci is not None},
     }

@@ -31,6 +31,13 @@ that end at their first step), less what their events and writes there are corre
 against uninstrumented start-ups run beside them; correction removes the mean from the
 start-up of the process that iterates.
 
+Where a GPU is traced, a process that records with CUPTI throughout paid more per iteration than
+the windows' costs add up to (SB3 PPO on CUDA on the H100: 43% over uninstrumented runs, the
+windows 19%). Calibration measures that too, with whole runs beside uninstrumented ones
+(``continuous_cost``): from the first step to the end, the profiled run less what its events
+and writes are corrected by, less the uninstrumented run, per recorded CUDA API call; it is
+added to the CUDA API cost.
+
 Corrected time never goes below zero; GPU time is left as measured. rlscope's writes of its
 buffered events are not estimated: the trace times each one (``Kind.PROFILER_WRITE``), the
 breakdown shows them as the ``Profiler`` layer, correction removes them whole, and calibration
@@ -59,8 +66,9 @@ __all__ = ["CONFIGS", "EVENTS", "Calibration", "CalibrationWarning", "event_coun
            "derive_window_costs", "window_blocks", "WINDOW_COLUMNS", "mean_ci95", "median_ci95", "event_times",
            "write_time_in", "window_iteration", "correction_uncertainty_pct", "cost_correlation", "joint_half_width",
            "trace_iteration", "speed_factor", "check_speed", "applied_costs", "correct_breakdown", "CALIBRATION_FILE",
-           "PROFILER_LAYER", "first_step_ns", "profiled_startup", "startup_removed", "startup_cost",
-           "applied_startup_ns", "iterating_process", "add_residual", "RESIDUAL_PROBE"]
+           "PROFILER_LAYER", "first_step_ns", "profiled_span", "profiled_startup", "profiled_steady", "span_removed",
+           "startup_cost", "continuous_cost", "add_cuda_api_cost", "applied_startup_ns", "iterating_process",
+           "add_residual", "RESIDUAL_PROBE"]
 
 CALIBRATION_FILE = "calibration.json"
 PROFILER_LAYER = "Profiler"  # the breakdown's CPU layer of rlscope's own trace writes
@@ -135,6 +143,12 @@ class Calibration:
     # None: not measured (no GPU, or costs from whole runs, which contain it).
     cupti_residual_ns: float | None = None
     cupti_residual_ci95_ns: float | None = None
+    # What a continuously profiled process pays per recorded CUDA API call beyond the windows'
+    # costs and the residual (``continuous_cost``, from whole-run pairs), with its 95%
+    # half-width; already added to ``costs_ns["cuda_api"]``. None: not measured (no GPU, or
+    # fewer than two start-up pairs per repetition).
+    continuous_ns: float | None = None
+    continuous_ci95_ns: float | None = None
 
     def save(self, path: Path) -> None:
         from rlscope.harness.files import write_json_atomic
@@ -279,9 +293,16 @@ def add_residual(costs: dict[str, float], ci: dict[str, float | None], probes: d
     if found is None or "cuda_api" not in costs:
         return costs, ci, None, None
     residual, half = float(found["residual_ns"]), found.get("ci95_ns")
-    window_half = ci.get("cuda_api")
-    combined = None if window_half is None or half is None else math.hypot(window_half, half)
-    return {**costs, "cuda_api": costs["cuda_api"] + residual}, {**ci, "cuda_api": combined}, residual, half
+    return *add_cuda_api_cost(costs, ci, residual, half), residual, half
+
+
+def add_cuda_api_cost(costs: dict[str, float], ci: dict[str, float | None], extra_ns: float,
+                      extra_ci95_ns: float | None) -> tuple[dict[str, float], dict[str, float | None]]:
+    """``costs`` and ``ci`` with ``extra_ns`` added to the CUDA API cost, the half-widths
+    combined as independent errors (None where either is missing)."""
+    half = ci.get("cuda_api")
+    combined = None if half is None or extra_ci95_ns is None else math.hypot(half, extra_ci95_ns)
+    return {**costs, "cuda_api": costs["cuda_api"] + extra_ns}, {**ci, "cuda_api": combined}
 
 
 # Alternating windows (rlscope.collect.windows): level -> the event type whose cost it adds.
@@ -530,38 +551,72 @@ def first_step_ns(process: Any) -> int | None:
     return int(steps.min()) if len(steps) else None
 
 
-def profiled_startup(process: Any) -> dict[str, Any] | None:
-    """A profiled process's start-up, interpreter start to its first ``rlscope.step()``:
-    ``{"raw_ns", "writes_ns", "events": {event type: count}}`` of its main thread, or None
-    where it made no step."""
-    first = first_step_ns(process)
-    if first is None:
-        return None
-    start, main = int(process.meta["start_ns"]), process.meta["main_tid"]
+def profiled_span(process: Any, start_ns: int, end_ns: int) -> dict[str, Any]:
+    """A profiled process's main thread from ``start_ns`` to ``end_ns``: ``{"raw_ns",
+    "writes_ns", "events": {event type: count}}``."""
+    main = process.meta["main_tid"]
     own = process.events[process.events["tid"] == main]
-    span = np.array([[0, start, first, 0]], dtype=np.int64)
-    return {"raw_ns": first - start, "writes_ns": int(write_time_in(span, own, main)[0]),
-            "events": {e: int((t < first).sum()) for e, t in zip(WINDOW_COLUMNS[3:], event_times(own))}}
+    span = np.array([[0, start_ns, end_ns, 0]], dtype=np.int64)
+    return {"raw_ns": end_ns - start_ns, "writes_ns": int(write_time_in(span, own, main)[0]),
+            "events": {e: int(((t >= start_ns) & (t < end_ns)).sum())
+                       for e, t in zip(WINDOW_COLUMNS[3:], event_times(own))}}
 
 
-def startup_removed(startup: dict[str, Any], costs_ns: dict[str, float]) -> float:
-    """What correction removes from a ``profiled_startup`` by its events and writes alone, at
+def profiled_startup(process: Any) -> dict[str, Any] | None:
+    """A profiled process's start-up, interpreter start to its first ``rlscope.step()``
+    (``profiled_span``), or None where it made no step."""
+    first = first_step_ns(process)
+    return None if first is None else profiled_span(process, int(process.meta["start_ns"]), first)
+
+
+def profiled_steady(process: Any) -> dict[str, Any] | None:
+    """A profiled process from its first ``rlscope.step()`` to its end (``profiled_span``), or
+    None where it made no step."""
+    first = first_step_ns(process)
+    return None if first is None else profiled_span(process, first, int(process.meta["end_ns"]))
+
+
+def span_removed(span: dict[str, Any], costs_ns: dict[str, float]) -> float:
+    """What correction removes from a ``profiled_span`` by its events and writes alone, at
     ``costs_ns`` as ``applied_costs`` gives them."""
-    return startup["writes_ns"] + sum(costs_ns.get(e, 0.0) * n for e, n in startup["events"].items())
+    return span["writes_ns"] + sum(costs_ns.get(e, 0.0) * n for e, n in span["events"].items())
 
 
 def startup_cost(pairs: list[tuple[dict[str, Any], float]], costs_ns: dict[str, float]
                  ) -> tuple[float | None, float | None]:
     """What profiling adds to a start-up beyond its counted events: per pair of a
     ``profiled_startup`` and an uninstrumented start-up (ns), the profiled one less
-    ``startup_removed``, less the uninstrumented one; the mean and its 95% half-width (None for
+    ``span_removed``, less the uninstrumented one; the mean and its 95% half-width (None for
     one pair), or (None, None) without pairs.
 
     Why pairs: a start-up happens once per process, so it cannot be alternated within one;
     the two runs of a repetition run one after the other and share the machine's state."""
     costs = applied_costs(costs_ns)
-    residuals = [p["raw_ns"] - startup_removed(p, costs) - base for p, base in pairs]
+    residuals = [p["raw_ns"] - span_removed(p, costs) - base for p, base in pairs]
     return mean_ci95(residuals) if residuals else (None, None)
+
+
+def continuous_cost(pairs: list[tuple[dict[str, Any], float, float]], costs_ns: dict[str, float]
+                    ) -> tuple[float | None, float | None]:
+    """What a continuously profiled process pays per recorded CUDA API call beyond the costs
+    its events are corrected by: per pair of a ``profiled_steady`` (with the speed of its
+    iterations against calibration's, ``speed_factor``) and an uninstrumented run's time from
+    its first step (ns), the profiled one less ``span_removed`` less the uninstrumented one, over
+    the profiled one's CUDA API calls; the mean and its 95% half-width (None for one pair), or
+    (None, None) where no pair recorded a CUDA API call.
+
+    Why: alternating windows see what a layer costs while it is switched on for a few
+    iterations. A process that records with CUPTI throughout paid more on the H100: SB3 PPO on
+    CUDA's whole profiled runs ran 43% over uninstrumented ones where the windows accounted for
+    19% (docs/results/overhead.md). Whole runs of the same command, one beside the other,
+    measure it as it is paid; it is put on the CUDA API calls because only runs that record
+    them pay it (the CPU workloads' corrected runs meet ±5% without it)."""
+    values = []
+    for steady, speed, base in pairs:
+        calls = steady["events"].get("cuda_api", 0)
+        if calls > 0:
+            values.append((steady["raw_ns"] - span_removed(steady, applied_costs(costs_ns, speed)) - base) / calls)
+    return mean_ci95(values) if values else (None, None)
 
 
 def applied_startup_ns(calibration: Calibration, speed: float = 1.0) -> tuple[float, float]:

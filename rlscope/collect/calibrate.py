@@ -9,7 +9,10 @@ the alternating run's own (it is profiled throughout up to its first step), the 
 that are profiled and end at their first step. The order alternates between repetitions. Where
 a GPU is traced, once per calibration, what CUPTI's recording leaves on every later CUDA call
 (``rlscope.collect.cupti_residual``, a process of its own): the windows' CUDA API cost lacks
-it, since their unprofiled windows pay it too. A
+it, since their unprofiled windows pay it too. Where a GPU is traced, the start-up pairs after
+the first run whole (the uninstrumented one and a profiled one), which also measures what a
+continuously profiled run pays per CUDA API call beyond the windows' costs (``continuous_cost``).
+A
 workload that never calls ``rlscope.step()`` has no iterations to alternate on: it is
 calibrated with whole runs of every configuration instead.
 
@@ -37,7 +40,9 @@ from rlscope.analyze.calibration import (
     CONFIGS,
     GPU_CONFIGS,
     Calibration,
+    add_cuda_api_cost,
     add_residual,
+    continuous_cost,
     correction_uncertainty_pct,
     cost_correlation,
     derive_costs,
@@ -48,7 +53,10 @@ from rlscope.analyze.calibration import (
     iterating_process,
     machine_fingerprint,
     profiled_startup,
+    profiled_steady,
+    speed_factor,
     startup_cost,
+    trace_iteration,
     window_blocks,
     window_iteration,
     write_time_in,
@@ -125,7 +133,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
 
     ``startup_pairs``: start-up pairs per repetition (0: the start-up's excess is not measured).
     Each is one sample: 3 pairs from 3 repetitions left SB3 A2C's excess (~0.5 s) uncertain to
-    ±0.8 s, and one calibration put it below zero."""
+    ±0.8 s, and one calibration put it below zero. Where a GPU is traced, pairs after the first
+    run to the end, for ``Calibration.continuous_ns`` (the first pair's profiled run is the
+    alternating one)."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -173,7 +183,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                                                timeout_s=timeout_s)
                     elif config in (STARTUP, PROFILED_STARTUP):
                         _, code = run_profiled(command, run_dir, gpu=gpu_layers, wall_only=config == STARTUP,
-                                               until_first_step=True, stdout=out, timeout_s=timeout_s)
+                                               until_first_step=not (gpu and pair), stdout=out, timeout_s=timeout_s)
                     else:
                         transitions, layers, _ = CONFIGS[config]
                         _, code = run_profiled(command, run_dir, transitions=bool(transitions),
@@ -189,8 +199,10 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             if config == STARTUP:
                 stepped = [(p, first) for p in read_trace(run_dir) if (first := first_step_ns(p)) is not None]
                 if stepped:
+                    process, first = stepped[0]
                     runs.append({"config": config, "repetition": rep, "pair": pair,
-                                 "startup_ns": stepped[0][1] - stepped[0][0].meta["start_ns"]})
+                                 "startup_ns": first - process.meta["start_ns"],
+                                 **({"steady_ns": process.meta["end_ns"] - first} if gpu and pair else {})})
                 continue
             if config not in (WINDOWS, PROFILED_STARTUP):
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
@@ -199,6 +211,8 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             iterating = iterating_process(processes)
             startup = {"pair": pair, "startup": profiled_startup(iterating) if iterating is not None else None}
             if config == PROFILED_STARTUP:
+                if gpu and iterating is not None:  # a whole run: also what continuous profiling costs
+                    startup.update(steady=profiled_steady(iterating), iteration=trace_iteration(processes))
                 runs.append({"config": config, "repetition": rep, **startup})
                 continue
             windows = measure_windows(processes)
@@ -259,23 +273,31 @@ def _derive(runs: list[dict[str, Any]]) -> Calibration:
     probe = next((r for r in runs if r["config"] == RESIDUAL), None)
     if probe is not None:
         costs, ci, residual, residual_ci = add_residual(costs, ci, probe["probes"])
-    correlation = cost_correlation(alternating) if alternating else {}
-    uncertainty = correction_uncertainty_pct(alternating, ci, correlation) if alternating else None
     reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
     if whole:
         more, more_ci, reps_whole = derive_costs(whole, known=costs)
         costs, ci = {**costs, **more}, {**ci, **more_ci}
         reps = min(reps, reps_whole) if alternating else reps_whole
     iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
-    bases = {(r["repetition"], r["pair"]): r["startup_ns"] for r in runs if r["config"] == STARTUP}
-    pairs = [(r["startup"], bases[key]) for r in runs if r["config"] in (WINDOWS, PROFILED_STARTUP)
-             and r.get("startup") and (key := (r["repetition"], r["pair"])) in bases]
-    startup, startup_ci = startup_cost(pairs, costs)
-    return Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
-                       blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
-                       correlation=correlation, uncertainty_pct=uncertainty,
-                       startup_ns=startup, startup_ci95_ns=startup_ci, cupti_residual_ns=residual,
-                       cupti_residual_ci95_ns=residual_ci)
+    calibration = Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
+                              blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
+                              cupti_residual_ns=residual, cupti_residual_ci95_ns=residual_ci)
+    bases = {(r["repetition"], r["pair"]): r for r in runs if r["config"] == STARTUP}
+    paired = [(r, bases[key]) for r in runs if r["config"] in (WINDOWS, PROFILED_STARTUP)
+              and r.get("startup") and (key := (r["repetition"], r["pair"])) in bases]
+    steady = [(r["steady"], speed_factor(calibration, tuple(r["iteration"]) if r["iteration"] else None) or 1.0,
+               base["steady_ns"]) for r, base in paired if r.get("steady") and "steady_ns" in base]
+    if "cuda_api" in costs and steady:
+        calibration.continuous_ns, calibration.continuous_ci95_ns = continuous_cost(steady, costs)
+        if calibration.continuous_ns is not None:
+            costs, ci = add_cuda_api_cost(costs, ci, calibration.continuous_ns, calibration.continuous_ci95_ns)
+    calibration.costs_ns, calibration.ci95_ns = costs, ci
+    calibration.correlation = cost_correlation(alternating) if alternating else {}
+    calibration.uncertainty_pct = (correction_uncertainty_pct(alternating, ci, calibration.correlation)
+                                   if alternating else None)
+    calibration.startup_ns, calibration.startup_ci95_ns = startup_cost(
+        [(r["startup"], base["startup_ns"]) for r, base in paired], costs)
+    return calibration
 
 
 def calibration_cache_dir() -> Path:
