@@ -156,9 +156,9 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
                    "call, unseen by the windows", err=True)
     if calibration.continuous_ns is not None:
         ci = calibration.continuous_ci95_ns
-        click.echo(f"and {calibration.continuous_ns:.0f} ns" + (f" ± {ci:.0f}" if ci is not None else "")
-                   + " that a continuously profiled run paid per CUDA API call beyond the windows' costs "
-                   "(whole-run pairs)", err=True)
+        click.echo(f"the CUDA API cost includes {calibration.continuous_ns:.0f} ns"
+                   + (f" ± {ci:.0f}" if ci is not None else "") + " that a continuously profiled run paid per "
+                   "call beyond the windows' costs (whole-run pairs)", err=True)
     if calibration.blocks:
         click.echo(f"costs from {calibration.blocks} blocks of alternating windows", err=True)
     if calibration.uncertainty_pct is not None:

@@ -176,6 +176,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             done += 1
             progress(f"[{done}/{done + len(queue) + len(plan) * max(repetitions - rep - 1, 0)}] {label}")
             log = run_dir / "log.txt"
+            whole_pair = gpu and pair > 0  # runs to the end: also what continuous profiling costs
             with log.open("w") as out:
                 try:
                     if config == WINDOWS:
@@ -183,7 +184,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                                                timeout_s=timeout_s)
                     elif config in (STARTUP, PROFILED_STARTUP):
                         _, code = run_profiled(command, run_dir, gpu=gpu_layers, wall_only=config == STARTUP,
-                                               until_first_step=not (gpu and pair), stdout=out, timeout_s=timeout_s)
+                                               until_first_step=not whole_pair, stdout=out, timeout_s=timeout_s)
                     else:
                         transitions, layers, _ = CONFIGS[config]
                         _, code = run_profiled(command, run_dir, transitions=bool(transitions),
@@ -202,7 +203,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                     process, first = stepped[0]
                     runs.append({"config": config, "repetition": rep, "pair": pair,
                                  "startup_ns": first - process.meta["start_ns"],
-                                 **({"steady_ns": process.meta["end_ns"] - first} if gpu and pair else {})})
+                                 **({"steady_ns": process.meta["end_ns"] - first} if whole_pair else {})})
                 continue
             if config not in (WINDOWS, PROFILED_STARTUP):
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
@@ -211,7 +212,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             iterating = iterating_process(processes)
             startup = {"pair": pair, "startup": profiled_startup(iterating) if iterating is not None else None}
             if config == PROFILED_STARTUP:
-                if gpu and iterating is not None:  # a whole run: also what continuous profiling costs
+                if whole_pair and iterating is not None:
                     startup.update(steady=profiled_steady(iterating), iteration=trace_iteration(processes))
                 runs.append({"config": config, "repetition": rep, **startup})
                 continue
