@@ -129,19 +129,25 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
                    "for what profiling adds to a start-up beyond its events (0: not measured). Where a GPU is "
                    "traced, all but the first pair run to the end and also measure what a continuously "
                    "profiled run pays per CUDA API call beyond the windows' costs.")
+@click.option("--extend", is_flag=True,
+              help="Add the repetitions to the calibration already in --output (same command and machine) and "
+                   "derive the costs from all its runs: tighter costs without running the first ones again.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
-              precision_pct: float, startup_pairs: int, command: tuple[str, ...]) -> None:
+              precision_pct: float, startup_pairs: int, extend: bool, command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
     from rlscope.analyze.calibration import CALIBRATION_FILE
     from rlscope.collect.calibrate import calibrate as run_calibration
     from rlscope.collect.launch import default_output
 
+    if extend and output_dir is None:
+        raise click.UsageError("--extend needs --output: the directory of the calibration to extend")
     output_dir = output_dir or default_output(list(command), "calibration")
     calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
                                             progress=lambda line: click.echo(line, err=True), window_ms=window_ms,
-                                            precision_pct=precision_pct, startup_pairs=startup_pairs)
+                                            precision_pct=precision_pct, startup_pairs=startup_pairs,
+                                            extend=extend)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))

@@ -478,6 +478,38 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
     assert missing.returncode == 2 and "rlscope calibrate" in missing.stderr and "Traceback" not in missing.stderr
 
 
+def test_extend_adds_repetitions_to_a_calibration_and_refuses_another_command(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text("import rlscope\nimport numpy as np\nfor i in range(20000):\n    rlscope.step()\n"
+                      "    with rlscope.operation('work'):\n        np.zeros(2)\n")
+    cal_dir = tmp_path / "cal"
+    base = [sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1", "--no-gpu",
+            "--window-ms", "1", "--startup-pairs", "1"]
+    command = ["--", sys.executable, str(script)]
+
+    def calibrate(*extra: str, cmd: list[str] = command) -> subprocess.CompletedProcess:
+        return subprocess.run(base + list(extra) + cmd, capture_output=True, text=True, env=cli_env, timeout=300)
+
+    missing = calibrate("--extend")
+    assert missing.returncode == 2 and "calibrate there without --extend first" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    first = calibrate()
+    assert first.returncode == 0, first.stderr
+    before = json.loads((cal_dir / "calibration.json").read_text())
+    more = calibrate("--extend")
+    assert more.returncode == 0, more.stderr
+    after = json.loads((cal_dir / "calibration.json").read_text())
+    assert before["repetitions"] == 1 and after["repetitions"] == 2
+    assert after["runs"][:len(before["runs"])] == before["runs"]  # the first repetition's runs, kept as they were
+    assert {r["repetition"] for r in after["runs"][len(before["runs"]):]} == {1}
+    assert {p.name for p in (cal_dir / "runs").iterdir()} == {"0-windows", "0-startup", "1-windows", "1-startup"}
+    assert after["blocks"] > before["blocks"]
+
+    other = calibrate("--extend", cmd=["--", sys.executable, "-c", "pass"])
+    assert other.returncode == 2 and "not `" in other.stderr and "Traceback" not in other.stderr
+    assert json.loads((cal_dir / "calibration.json").read_text()) == after  # nothing already written is lost
+
+
 @pytest.mark.slow
 def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
     script = tmp_path / "loop.py"

@@ -121,7 +121,7 @@ def window_rows(windows: np.ndarray, process: Any) -> list[list[int]]:
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
               progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, precision_pct: float = 0.0,
-              startup_pairs: int = STARTUP_PAIRS) -> tuple[Calibration, list[str]]:
+              startup_pairs: int = STARTUP_PAIRS, extend: bool = False) -> tuple[Calibration, list[str]]:
     """Run the configurations ``repetitions`` times; returns the calibration (also saved to
     ``output/calibration.json``) and the failed runs' descriptions.
 
@@ -135,7 +135,15 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     Each is one sample: 3 pairs from 3 repetitions left SB3 A2C's excess (~0.5 s) uncertain to
     ±0.8 s, and one calibration put it below zero. Where a GPU is traced, pairs after the first
     run to the end, for ``Calibration.continuous_ns`` (the first pair's profiled run is the
-    alternating one)."""
+    alternating one).
+
+    ``calibration.json`` is written after every repetition, so a calibration stopped part way
+    (a job's time limit) keeps the repetitions it finished, and ``extend`` can go on from them.
+
+    ``extend``: add ``repetitions`` to the calibration already in ``output`` (same command, same
+    machine) rather than start afresh, and derive the costs from all of its runs. Why: on a host
+    whose identical processes differ by 5-16%, the whole-run pairs behind ``continuous_ns`` need
+    more repetitions than one sitting (or one time-limited job) holds."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -154,9 +162,11 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     alternate = format_windows(window_ms, list(LEVELS if gpu else LEVELS[:3]))
     plan = [(WINDOWS, 0)] + [(STARTUP, 0)] * bool(startup_pairs)
     plan += [run for k in range(1, startup_pairs) for run in ((PROFILED_STARTUP, k), (STARTUP, k))]
-    runs: list[dict[str, Any]] = []
+    runs, first_rep = _earlier_runs(output, command, gpu) if extend else ([], 0)
+    if any(r["config"] in CONFIGS for r in runs):  # it had no rlscope.step() to alternate on
+        plan = ladder
     failures: list[str] = []
-    if gpu:
+    if gpu and not any(r["config"] == RESIDUAL for r in runs):
         progress("CUPTI's residual cost per CUDA call (a process of its own, about 10 s)")
         residual, failure = _measure_residual(output / "runs" / RESIDUAL, timeout_s)
         if residual is not None:
@@ -165,8 +175,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             failures.append(failure)
             progress(f"  failed: {failure}; the CUDA API cost will lack what recording leaves on every call")
     done = 0
-    rep = 0
-    while rep < repetitions or _wants_more(runs, plan, precision_pct, rep, repetitions, progress):
+    rep = first_rep
+    while (rep < first_rep + repetitions
+           or _wants_more(runs, plan, precision_pct, rep - first_rep, repetitions, progress)):
         queue = list(plan if rep % 2 == 0 else plan[::-1])  # W S, S W, ...: drift touches both alike
         while queue:
             config, pair = queue.pop(0)
@@ -174,7 +185,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             run_dir.mkdir(parents=True, exist_ok=True)
             label = f"repetition {rep + 1}, {config}" + (f" {pair + 1}" if config != WINDOWS and pair else "")
             done += 1
-            progress(f"[{done}/{done + len(queue) + len(plan) * max(repetitions - rep - 1, 0)}] {label}")
+            progress(f"[{done}/{done + len(queue) + len(plan) * max(first_rep + repetitions - rep - 1, 0)}] {label}")
             log = run_dir / "log.txt"
             whole_pair = gpu and pair > 0  # runs to the end: also what continuous profiling costs
             with log.open("w") as out:
@@ -225,11 +236,31 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 plan = ladder
                 queue = list(ladder)
         rep += 1
-    calibration = _derive(runs)
-    calibration.machine = machine_fingerprint()
-    calibration.command = list(command)
-    calibration.save(output / CALIBRATION_FILE)
+        calibration = _derive(runs)  # saved after every repetition: a run cut off keeps those before it
+        calibration.machine = machine_fingerprint()
+        calibration.command = list(command)
+        calibration.save(output / CALIBRATION_FILE)
     return calibration, failures
+
+
+def _earlier_runs(output: Path, command: list[str], gpu: bool) -> tuple[list[dict[str, Any]], int]:
+    """The runs of the calibration in ``output`` and the next repetition's number, or an error
+    saying why they cannot be extended with these runs."""
+    path = output / CALIBRATION_FILE
+    if not path.exists():
+        raise RlscopeError(f"--extend: no {CALIBRATION_FILE} in {output}; calibrate there without --extend first")
+    earlier = Calibration.load(path)
+    if earlier.command != command:
+        raise RlscopeError(f"--extend: {path} calibrated `{' '.join(earlier.command)}`, not `{' '.join(command)}`; "
+                           f"extend it with the same command, or calibrate afresh into another --output")
+    here = machine_fingerprint()
+    for key in ("host", "rlscope"):
+        if earlier.machine.get(key) != here[key]:
+            raise RlscopeError(f"--extend: {path} was measured with {key}={earlier.machine.get(key)!r}, this is "
+                               f"{here[key]!r}; costs from two machines or versions do not mix: calibrate afresh")
+    if not gpu and any(r["config"] == RESIDUAL for r in earlier.runs):
+        raise RlscopeError(f"--extend: {path} also calibrated GPU records; extend it with --gpu")
+    return list(earlier.runs), 1 + max((r["repetition"] for r in earlier.runs), default=-1)
 
 
 def _measure_residual(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
