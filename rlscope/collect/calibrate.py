@@ -142,7 +142,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
 
     ``extend``: add ``repetitions`` to the calibration already in ``output`` (same command, same
     machine) rather than start afresh, and derive the costs from all of its runs. Why: on a host
-    whose identical processes differ by 5-16%, the whole-run pairs behind ``continuous_ns`` need
+    whose identical processes differ by 3-50%, the whole-run pairs behind ``continuous_ns`` need
     more repetitions than one sitting (or one time-limited job) holds."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
@@ -176,8 +176,9 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             progress(f"  failed: {failure}; the CUDA API cost will lack what recording leaves on every call")
     done = 0
     rep = first_rep
-    while (rep < first_rep + repetitions
-           or _wants_more(runs, plan, precision_pct, rep - first_rep, repetitions, progress)):
+    uncertainty: float | None = None  # the calibration so far's, once a repetition is done
+    while rep < first_rep + repetitions or _wants_more(uncertainty, plan, precision_pct, rep - first_rep,
+                                                       repetitions, progress):
         queue = list(plan if rep % 2 == 0 else plan[::-1])  # W S, S W, ...: drift touches both alike
         while queue:
             config, pair = queue.pop(0)
@@ -240,6 +241,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
         calibration.machine = machine_fingerprint()
         calibration.command = list(command)
         calibration.save(output / CALIBRATION_FILE)
+        uncertainty = calibration.uncertainty_pct
     return calibration, failures
 
 
@@ -280,12 +282,12 @@ def _measure_residual(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] |
     return None, f"CUPTI residual probe: {why}; log: {log}"
 
 
-def _wants_more(runs: list[dict[str, Any]], plan: list[tuple[str, int]], precision_pct: float, rep: int,
+def _wants_more(uncertainty: float | None, plan: list[tuple[str, int]], precision_pct: float, rep: int,
                 repetitions: int, progress: Callable[[str], None]) -> bool:
-    """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap)."""
+    """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap),
+    given the calibration so far's ``uncertainty_pct``."""
     if not precision_pct or plan[0][0] != WINDOWS:
         return False
-    uncertainty = _derive(runs).uncertainty_pct
     if uncertainty is not None and uncertainty <= precision_pct:
         return False
     now = "no interval yet" if uncertainty is None else f"±{uncertainty:.1f}%"
