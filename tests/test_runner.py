@@ -7,6 +7,7 @@ import signal
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 from pathlib import Path
 
@@ -16,6 +17,7 @@ import pytest
 from rlscope.harness.executors import LocalExecutor
 from rlscope.harness.files import write_atomic
 from rlscope.harness.manifest import load_manifest
+from rlscope.harness import runner
 from rlscope.harness.runner import run_sweep
 
 
@@ -158,6 +160,39 @@ def test_cli_reports_failures_with_log_paths_and_exit_code(tmp_path: Path, cli_e
     assert proc.returncode == 1
     assert "1 run(s) failed" in proc.stderr and "runs/x-1/log.txt" in proc.stderr
     assert "Traceback" not in proc.stderr
+
+
+def test_stopping_waits_for_a_run_that_exited_just_before_the_kill(tmp_path: Path, monkeypatch) -> None:
+    # A run whose subprocess has exited but whose DONE is not yet written is held in that window by a
+    # gate; stopping must wait for its DONE, or results.csv (rebuilt next) would miss a run a resume reuses.
+    reading, gate = threading.Event(), threading.Event()
+    read_json = runner.read_json
+
+    def held_read(path: Path):
+        if path.name == "result.json":
+            reading.set()
+            gate.wait()
+        return read_json(path)
+
+    monkeypatch.setattr(runner, "read_json", held_read)
+    monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
+    monkeypatch.chdir(Path(__file__).resolve().parents[1])
+    loaded = load_manifest(manifest(tmp_path, xs="[1]", repetitions=1), "full")
+    launcher = runner._Launcher(loaded, tmp_path / "runs")
+    outcomes = []
+    launch = threading.Thread(target=lambda: outcomes.append(launcher(next(loaded.points()), {})))
+    launch.start()
+    assert reading.wait(60), "the toy run did not finish"
+    stopper = threading.Thread(target=launcher.stop_all)
+    stopper.start()
+    stopper.join(0.5)
+    waited = stopper.is_alive()
+    gate.set()
+    stopper.join(60)
+    assert waited, "stop_all returned while a run was between its exit and its DONE"
+    launch.join(60)
+    assert not stopper.is_alive() and [o.status for o in outcomes] == ["ok"]
+    assert (tmp_path / "runs" / "x-1" / "DONE").exists()
 
 
 def test_ctrl_c_keeps_finished_runs_and_resume_completes(tmp_path: Path, cli_env: dict[str, str]) -> None:

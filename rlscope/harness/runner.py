@@ -98,9 +98,21 @@ class _Launcher:
         self.runs_dir = runs_dir
         self._live: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
+        self._settled = threading.Condition(self._lock)
+        self._in_hand = 0  # launches between their start and their outcome, DONE included
         self.stopping = False
 
     def __call__(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
+        with self._lock:
+            self._in_hand += 1
+        try:
+            return self._launch(point, slot_env)
+        finally:
+            with self._lock:
+                self._in_hand -= 1
+                self._settled.notify_all()
+
+    def _launch(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
         run_dir = self.runs_dir / point.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("DONE", "result.json"):
@@ -111,14 +123,15 @@ class _Launcher:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
         started = time.perf_counter()
         with open(run_dir / "log.txt", "wb") as log:
-            if self.stopping:
-                return RunOutcome(point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
-            proc = subprocess.Popen(
-                [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
-                stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                start_new_session=True,  # Ctrl-C reaches the runner only; it stops the runs itself
-            )
+            # Checked and started under the lock stop_all takes: no run starts after it has looked.
             with self._lock:
+                if self.stopping:
+                    return RunOutcome(point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
+                proc = subprocess.Popen(
+                    [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
+                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
+                    start_new_session=True,  # Ctrl-C reaches the runner only; it stops the runs itself
+                )
                 self._live.add(proc)
             try:
                 returncode = proc.wait(timeout=self.manifest.timeout_s)
@@ -138,11 +151,18 @@ class _Launcher:
         return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
 
     def stop_all(self) -> None:
-        self.stopping = True
+        """Kill the runs in flight, then wait until every launch has settled.
+
+        A run whose subprocess exited just before the kill still writes its DONE; waiting for it
+        keeps results.csv, rebuilt next, in step with the runs a resume will reuse.
+        """
         with self._lock:
+            self.stopping = True
             live = list(self._live)
         for proc in live:
             _kill(proc)
+        with self._lock:
+            self._settled.wait_for(lambda: self._in_hand == 0)
 
 
 def _kill(proc: subprocess.Popen[bytes]) -> None:
