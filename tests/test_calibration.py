@@ -700,6 +700,26 @@ def test_whole_run_pairs_report_medians_and_the_range():
     assert "steady_corrected_error_pct" not in median_of_pairs([{"corrected_error_pct": 1.0}, {}])
 
 
+def test_whole_run_pairs_stop_short_of_the_budget_and_keep_the_finished_ones():
+    from experiments.overhead.validate import pairs_within_budget
+
+    def run(deadline: float | None, after_pairs: float = 0.0) -> list[float]:
+        now, durations = [0.0], iter([10.0, 12.0, 9.0, 9.0, 9.0])  # seconds each pair takes
+
+        def pair(i: int) -> dict[str, float]:
+            now[0] += next(durations)
+            return {"corrected_error_pct": float(i)}
+
+        pairs = pairs_within_budget(pair, 5, deadline, after_pairs, clock=lambda: now[0])
+        return [p["corrected_error_pct"] for p in pairs]
+
+    # At t=22 another pair (12 s, the longest yet) and a windows run of half that would end at 40.
+    assert run(39.9, after_pairs=0.5) == [0.0, 1.0]
+    assert run(40.0, after_pairs=0.5) == [0.0, 1.0, 2.0]
+    assert run(None) == [0.0, 1.0, 2.0, 3.0, 4.0]  # no budget: every pair
+    assert run(1.0) == [0.0]  # the first pair runs whatever the budget
+
+
 def test_unprofiled_windows_are_set_against_the_uninstrumented_iteration():
     from experiments.overhead.validate import unprofiled_windows_slowdown
 

@@ -39,6 +39,8 @@ from __future__ import annotations
 
 import sys
 import tempfile
+import time
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,7 @@ import numpy as np
 from rlscope.errors import SkipRun
 
 __all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
-           "unprofiled_windows_slowdown", "session_errors", "reused_calibration"]
+           "pairs_within_budget", "unprofiled_windows_slowdown", "session_errors", "reused_calibration"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
@@ -181,6 +183,28 @@ def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], 
             "noise_pct": 100 * abs(base_ns - base_again_ns) / mean, "speed_vs_calibration": speed, **steady}
 
 
+def pairs_within_budget(run_pair: Callable[[int], dict[str, float]], wanted: int, deadline: float | None,
+                        after_pairs: float = 0.0,
+                        clock: Callable[[], float] = time.monotonic) -> list[dict[str, float]]:
+    """Up to ``wanted`` whole-run pairs (``run_pair(i)``), as many as end by ``deadline`` (a
+    ``clock()`` time; None: all of them) with the runs after them still to come.
+
+    Another pair starts only if it and ``after_pairs`` more pairs' worth of time (the windows and
+    sessions runs, which follow) would end by the deadline, at the longest pair so far: a
+    repetition short of time reports fewer pairs (``whole_run_pairs`` says how many) rather than
+    being killed at the manifest's ``timeout_s`` with every finished pair lost. The first pair
+    always runs."""
+    pairs: list[dict[str, float]] = []
+    longest = 0.0
+    for i in range(wanted):
+        started = clock()
+        pairs.append(run_pair(i))
+        longest = max(longest, clock() - started)
+        if deadline is not None and clock() + longest * (1 + after_pairs) > deadline:
+            break
+    return pairs
+
+
 def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
     """Per column, the median over the pairs (identical runs differ by 2.5-37% on the machines
     measured, so one pair says little), with the corrected errors' range beside it."""
@@ -197,14 +221,15 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
                         validation_pairs: int = 3, calibration_precision_pct: float = 0.0,
                         session_steps: int = 0, session_segment_ms: float = 100.0,
-                        calibration_file: str | None = None) -> dict[str, Any]:
+                        calibration_file: str | None = None, budget_s: float = 0.0) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
     uncertain to at most ± that, as ``rlscope calibrate --precision``; ``calibration_file``: use
     a calibration made earlier by ``rlscope calibrate`` of this workload instead, e.g. one too
     long to make in the same sitting, whose ``calibration_*`` parameters then do not apply), validate every
     way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
     reported as medians over the pairs; sessions: a run of ``session_steps``, 0 for none);
-    return the errors in percent."""
+    return the errors in percent. ``budget_s``: seconds this repetition may take, calibration
+    included (0: no limit); the whole-run pairs stop short of it (``pairs_within_budget``)."""
     from experiments.overhead.loops import GPU_WORKLOADS
     from rlscope.analyze import analyze_trace
     from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
@@ -218,6 +243,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         raise SkipRun(f"needs a GPU: {reason}")
     if validation_pairs < 1:
         raise ValueError(f"validation_pairs {validation_pairs}: need at least 1")
+    deadline = time.monotonic() + budget_s if budget_s > 0 else None
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
     validation = command + [str(validation_steps)]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
@@ -243,14 +269,17 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                               window_ms=window_ms, precision_pct=calibration_precision_pct)
             if failures:
                 raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        base = read_trace(run("base0", wall_only=True))
-        pairs = []
-        for i in range(validation_pairs):
+        bases = [read_trace(run("base0", wall_only=True))]
+
+        def pair(i: int) -> dict[str, float]:
             tables = analyze_trace(run(f"profiled{i}", gpu=gpu), calibration_path)
-            base_again = read_trace(run(f"base{i + 1}", wall_only=True))
-            pairs.append(whole_run_pair(base, base_again, read_trace(root / f"profiled{i}"), tables, calibration))
-            base = base_again
-        whole = median_of_pairs(pairs)
+            bases.append(read_trace(run(f"base{i + 1}", wall_only=True)))
+            return whole_run_pair(bases[i], bases[i + 1], read_trace(root / f"profiled{i}"), tables, calibration)
+
+        # The windows run is about half a pair (one profiled run); the sessions run, half profiled,
+        # about half a pair per validation length it spans.
+        after_pairs = 0.5 + 0.5 * session_steps / validation_steps
+        whole = median_of_pairs(pairs_within_budget(pair, validation_pairs, deadline, after_pairs))
         windows = measure_windows(read_trace(run("windows", gpu=gpu,
                                                  windows=format_windows(window_ms, ["off", LEVELS[-1]]))))
         window_speed = speed_factor(calibration, window_iteration(windows))
