@@ -102,6 +102,34 @@ def test_timeout_kills_the_run_and_leaves_no_done(tmp_path: Path) -> None:
     assert "timeout_s" in summary.failures[0].message
 
 
+def test_a_run_cut_off_keeps_the_repetitions_it_finished(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{hang_on_call: 2}", xs="[1]", timeout=5, repetitions=3), out)
+    outcome = summary.outcomes[0]
+    assert outcome.status == "timeout" and "the 1 of 3 repetitions it finished" in outcome.message
+    assert not (outcome.run_dir / "DONE").exists()
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert frame[["run_id", "repetition", "y", "status"]].values.tolist() == [["x-1", 0, 1.0, "timeout"]]
+    # Not complete: a resume runs it again, and its full result replaces the partial one.
+    again = sweep(manifest(tmp_path, xs="[1]", timeout=5, repetitions=3), out)
+    assert [o.status for o in again.outcomes] == ["ok"]
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert frame["repetition"].tolist() == [0, 1, 2] and set(frame["status"]) == {"ok"}
+
+
+def test_a_run_failing_in_a_later_repetition_keeps_the_earlier_ones(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    summary = sweep(manifest(tmp_path, params="{fail_on_call: 3}", xs="[2]", repetitions=3), out)
+    assert summary.outcomes[0].status == "failed" and "toy failure on call 3" in summary.outcomes[0].message
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert frame["repetition"].tolist() == [0, 1] and set(frame["status"]) == {"failed"}
+    assert (frame["y"] == 4.0).all()
+    # Asked something else next time, the old run's partial rows are not reported as its result.
+    changed = sweep(manifest(tmp_path, params="{skip_on: 2}", xs="[2]", repetitions=3), out)
+    assert [o.status for o in changed.outcomes] == ["skipped"]
+    assert pd.read_csv(out / "toy" / "results.csv")["status"].tolist() == ["skipped"]
+
+
 def test_killed_run_leaves_no_done_and_no_result(tmp_path: Path) -> None:
     out = tmp_path / "out"
     summary = sweep(manifest(tmp_path, params="{crash_on: 3}"), out)

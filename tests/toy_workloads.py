@@ -10,17 +10,25 @@ from pathlib import Path
 from rlscope.errors import SkipRun
 
 
+_calls_in_this_process = 0
+
+
 def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, crash_on: int = -1,
-         skip_on: int = -1) -> dict[str, float]:
-    """Return x squared; on request raise, sleep past any timeout, SIGKILL itself, or skip."""
+         skip_on: int = -1, fail_on_call: int = -1, hang_on_call: int = -1) -> dict[str, float]:
+    """Return x squared; on request raise, sleep past any timeout, SIGKILL itself, or skip: for
+    one x (``*_on``) or on the worker's Nth call, i.e. its Nth repetition (``*_on_call``, from 1)."""
+    global _calls_in_this_process
+    _calls_in_this_process += 1
     marker = Path(os.environ["RLSCOPE_RUN_DIR"]) / "calls.txt"
     with marker.open("a") as f:
         f.write(f"{x}\n")
     if x == skip_on:
         raise SkipRun("toy reason")
+    if fail_on_call == _calls_in_this_process:
+        raise RuntimeError(f"toy failure on call {_calls_in_this_process}")
     if x == fail_on:
         raise RuntimeError(f"toy failure for x={x}")
-    if x == hang_on:
+    if x == hang_on or hang_on_call == _calls_in_this_process:
         time.sleep(3600)
     if x == crash_on:
         os.kill(os.getpid(), signal.SIGKILL)

@@ -4,10 +4,14 @@ Layout written under ``OUTPUT/<experiment>/``::
 
     experiment.json            the resolved manifest (what `rlscope plot` reads)
     results.csv                one row per run x repetition (x the workload's own "rows", if it
-                               returns any; skipped runs: one row, status=skipped)
+                               returns any; skipped runs: one row, status=skipped; a run that failed
+                               or timed out after finishing some repetitions: those, status=failed
+                               or timeout)
     runs/<run-id>/config.json  what the run was asked to do
     runs/<run-id>/log.txt      everything it printed
-    runs/<run-id>/result.json  its metrics, written atomically by the worker
+    runs/<run-id>/partial.json the repetitions finished so far, saved by the worker after each
+    runs/<run-id>/result.json  its metrics, written atomically by the worker; for a run that failed
+                               or timed out, by the runner from partial.json
     runs/<run-id>/DONE         written last, only after a clean exit: a run is complete iff DONE exists
 """
 
@@ -32,7 +36,7 @@ import rlscope
 from rlscope.harness.executors import Executor, LocalExecutor
 from rlscope.harness.files import read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
-from rlscope.harness.worker import resolve_workload
+from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
 
 __all__ = ["RunOutcome", "SweepSummary", "run_sweep", "collect_results"]
 
@@ -81,13 +85,17 @@ def _config(manifest: Manifest, point: GridPoint) -> dict[str, Any]:
     }
 
 
+def _asked_the_same(run_dir: Path, config: Mapping[str, Any]) -> bool:
+    """Whether the run in ``run_dir`` was asked exactly what we would ask it now."""
+    old = read_json(run_dir / "config.json") or {}
+    return all(old.get(k) == config[k] for k in ("workload", "params", "repetitions"))
+
+
 def _is_complete(run_dir: Path, config: Mapping[str, Any]) -> bool:
     """A run is reusable if it finished and was asked exactly what we would ask it now."""
     if not (run_dir / "DONE").exists():
         return False
-    old = read_json(run_dir / "config.json") or {}
-    same = all(old.get(k) == config[k] for k in ("workload", "params", "repetitions"))
-    return same and read_json(run_dir / "result.json") is not None
+    return _asked_the_same(run_dir, config) and read_json(run_dir / "result.json") is not None
 
 
 class _Launcher:
@@ -115,7 +123,7 @@ class _Launcher:
     def _launch(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
         run_dir = self.runs_dir / point.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
-        for stale in ("DONE", "result.json"):
+        for stale in ("DONE", "result.json", PARTIAL_FILE):
             (run_dir / stale).unlink(missing_ok=True)
         write_json_atomic(run_dir / "config.json", _config(self.manifest, point))
         env = {**os.environ, **slot_env, "PYTHONUNBUFFERED": "1", "RLSCOPE_RUN_DIR": str(run_dir)}
@@ -137,8 +145,8 @@ class _Launcher:
                 returncode = proc.wait(timeout=self.manifest.timeout_s)
             except subprocess.TimeoutExpired:
                 _kill(proc)
-                return RunOutcome(point.run_id, run_dir, "timeout", time.perf_counter() - started,
-                                  f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)")
+                reason = f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)"
+                return self._unfinished(point, "timeout", time.perf_counter() - started, reason)
             finally:
                 with self._lock:
                     self._live.discard(proc)
@@ -146,9 +154,22 @@ class _Launcher:
         result = read_json(run_dir / "result.json")
         if returncode != 0 or result is None:
             reason = "interrupted" if self.stopping else f"exit code {returncode}: {_last_line(run_dir / 'log.txt')}"
-            return RunOutcome(point.run_id, run_dir, "failed", seconds, reason)
+            return self._unfinished(point, "failed", seconds, reason)
         write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
+
+    def _unfinished(self, point: GridPoint, status: Status, seconds: float, reason: str) -> RunOutcome:
+        """The outcome of a run that did not finish, keeping the repetitions it did finish: they
+        go to result.json under the run's status (no DONE, so a resume runs it again)."""
+        run_dir = self.runs_dir / point.run_id
+        # result.json is there if the worker got past its last repetition but then did not exit cleanly.
+        saved = read_json(run_dir / "result.json") or read_json(run_dir / PARTIAL_FILE) or {}
+        finished = saved.get("repetitions") or []
+        if finished:
+            write_json_atomic(run_dir / "result.json", {"status": status, "reason": reason, "repetitions": finished})
+            reason += (f"; the {len(finished)} of {self.manifest.repetitions} repetitions it finished "
+                       f"are in results.csv as {status}")
+        return RunOutcome(point.run_id, run_dir, status, seconds, reason)
 
     def stop_all(self) -> None:
         """Kill the runs in flight, then wait until every launch has settled.
@@ -237,14 +258,24 @@ def run_sweep(
     return SweepSummary(experiment_dir, results_csv, outcomes, len(points), interrupted)
 
 
+def _kept_result(run_dir: Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
+    """What goes into results.csv from a run: a complete run's result, or the repetitions that a
+    run which failed or timed out had finished, if it was asked what we would ask it now."""
+    result = read_json(run_dir / "result.json")
+    if result is None or not _asked_the_same(run_dir, config):
+        return None
+    if (run_dir / "DONE").exists() or result.get("status") in ("failed", "timeout"):
+        return result
+    return None
+
+
 def collect_results(manifest: Manifest, experiment_dir: Path) -> pd.DataFrame:
-    """One tidy row per complete run x repetition, with the run's parameters as columns."""
+    """One tidy row per finished run x repetition, with the run's parameters as columns."""
     rows: list[dict[str, Any]] = []
     for point in manifest.points():
-        run_dir = experiment_dir / "runs" / point.run_id
-        if not _is_complete(run_dir, _config(manifest, point)):
+        result = _kept_result(experiment_dir / "runs" / point.run_id, _config(manifest, point))
+        if result is None:
             continue
-        result = read_json(run_dir / "result.json")
         base = {"run_id": point.run_id, **point.params, "status": result["status"], "reason": result.get("reason", "")}
         for rep in result.get("repetitions") or [{}]:
             # A workload that measures a sub-grid in one process returns it under "rows".

@@ -2,7 +2,9 @@
 
 It reads ``config.json``, imports the workload, calls it once per repetition and writes
 ``result.json`` atomically. The runner, not the worker, writes ``DONE`` after checking the exit
-status, so a run killed at any point never looks complete.
+status, so a run killed at any point never looks complete. After every repetition the worker
+also saves those finished so far to ``partial.json``, which the runner keeps in results.csv if
+a later repetition fails or runs past the timeout.
 """
 
 from __future__ import annotations
@@ -18,7 +20,9 @@ from typing import Any
 from rlscope.errors import SkipRun, WorkloadError
 from rlscope.harness.files import read_json, write_json_atomic
 
-__all__ = ["resolve_workload", "main"]
+__all__ = ["resolve_workload", "main", "PARTIAL_FILE"]
+
+PARTIAL_FILE = "partial.json"  # the repetitions finished so far, rewritten after each
 
 
 def resolve_workload(spec: str) -> Callable[..., Mapping[str, Any]]:
@@ -56,6 +60,8 @@ def _run(run_dir: Path) -> int:
         metrics["run_seconds"] = time.time() - started
         rows.append(metrics)
         print(f"repetition {repetition}: {metrics}", flush=True)
+        if repetition + 1 < config["repetitions"]:
+            write_json_atomic(run_dir / PARTIAL_FILE, {"repetitions": rows})
     write_json_atomic(run_dir / "result.json", {"status": "ok", "reason": "", "repetitions": rows})
     return 0
 
