@@ -9,7 +9,8 @@ Layout written under ``OUTPUT/<experiment>/``::
                                or timeout)
     runs/<run-id>/config.json  what the run was asked to do
     runs/<run-id>/log.txt      everything it printed
-    runs/<run-id>/partial.json the repetitions finished so far, saved by the worker after each
+    runs/<run-id>/partial.json the repetitions finished so far, saved by the worker after each (gone once
+                               result.json is written)
     runs/<run-id>/result.json  its metrics, written atomically by the worker; for a run that failed
                                or timed out, by the runner from partial.json
     runs/<run-id>/DONE         written last, only after a clean exit: a run is complete iff DONE exists

@@ -2,9 +2,10 @@
 
 It reads ``config.json``, imports the workload, calls it once per repetition and writes
 ``result.json`` atomically. The runner, not the worker, writes ``DONE`` after checking the exit
-status, so a run killed at any point never looks complete. After every repetition the worker
-also saves those finished so far to ``partial.json``, which the runner keeps in results.csv if
-a later repetition fails or runs past the timeout.
+status, so a run killed at any point never looks complete. After every repetition but the last,
+the worker also saves those finished so far to ``partial.json`` (removed once ``result.json``
+holds them all), which the runner keeps in results.csv if a later repetition fails or runs past
+the timeout.
 """
 
 from __future__ import annotations
@@ -63,6 +64,7 @@ def _run(run_dir: Path) -> int:
         if repetition + 1 < config["repetitions"]:
             write_json_atomic(run_dir / PARTIAL_FILE, {"repetitions": rows})
     write_json_atomic(run_dir / "result.json", {"status": "ok", "reason": "", "repetitions": rows})
+    (run_dir / PARTIAL_FILE).unlink(missing_ok=True)  # result.json holds them all now
     return 0
 
 
