@@ -697,6 +697,9 @@ def test_whole_run_pairs_report_medians_and_the_range():
     assert out["corrected_error_pct"] == 2.0 and out["noise_pct"] == 4.0 and out["whole_run_pairs"] == 3
     assert (out["corrected_error_min_pct"], out["corrected_error_max_pct"]) == (-3.0, 12.0)
     assert out["steady_corrected_error_max_pct"] == 6.0
+    assert json.loads(out["corrected_error_pairs_pct"]) == [12.0, -3.0, 2.0]  # every pair, in run order
+    assert json.loads(out["steady_corrected_error_pairs_pct"]) == [6.0, -1.5, 1.0]
+    assert "noise_pairs_pct" not in out
     assert "steady_corrected_error_pct" not in median_of_pairs([{"corrected_error_pct": 1.0}, {}])
 
 
@@ -757,6 +760,28 @@ def test_overhead_figure_shows_the_calibrations_own_uncertainty_where_reported()
     session_bars = fig.axes[0].containers[-1]  # drawn last: mean of the runs' medians, mean interval
     assert [round(b.get_height(), 6) for b in session_bars] == [2.0, -3.0]
     assert [round(s[1][1] - s[0][1], 6) for s in session_bars.errorbar.lines[2][0].get_segments()] == [6.0, 2.0]
+
+
+def test_overhead_figure_draws_every_whole_run_pair_on_its_bar():
+    import matplotlib
+
+    matplotlib.use("Agg")
+    from matplotlib.collections import PathCollection
+
+    from rlscope.plot.overhead import overhead_correction
+
+    results = pd.DataFrame({"status": ["ok", "ok", "ok", "failed"], "workload": ["a", "a", "b", "b"],
+                            "raw_error_pct": [30.0, 32, 20, 22], "corrected_error_pct": [1.0, -2, 3, 4],
+                            "corrected_error_pairs_pct": ["[1.0, 8.5, -0.5]", "[-2.0]", float("nan"), "[40.0]"]})
+    fig = overhead_correction(results, {"scale": "quick"})
+    dots = [c for c in fig.axes[0].collections if isinstance(c, PathCollection)]
+    assert len(dots) == 1  # workload a only: b's one ok row predates the pairs, its failed row is left out
+    bars = [c for c in fig.axes[0].containers if type(c).__name__ == "BarContainer"]
+    bar = bars[1].patches[0]  # the corrected whole-run bar of workload a (after the uncorrected one)
+    assert sorted(dots[0].get_offsets()[:, 1].tolist()) == [-2.0, -0.5, 1.0, 8.5]
+    assert all(bar.get_x() <= x <= bar.get_x() + bar.get_width() for x in dots[0].get_offsets()[:, 0])
+    labels = [t.get_text() for t in fig.axes[0].get_legend().get_texts()]
+    assert labels.count("single whole-run pairs") == 1
 
 
 def test_a_reused_calibration_must_be_of_the_workload_and_of_another_length(tmp_path):

@@ -6,9 +6,10 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
 - **whole runs**: ``validation_pairs`` profiled runs, each between two uninstrumented ones
   (``base, profiled, base, profiled, ..., base``); per profiled run its corrected total (the sum
   of its main threads' breakdown rows: interpreter start to exit) against the mean of the
-  uninstrumented runs beside it, and the median over these pairs. Identical runs differ by
-  2.5-37% on the machines measured, so one pair says little; the noise floor (``noise_pct``:
-  how far apart the two uninstrumented runs of a pair were) tells how much. The same
+  uninstrumented runs beside it, and the median over these pairs (every pair's error is kept
+  too, ``corrected_error_pairs_pct``). Identical runs differ by 2.5-37% on the machines
+  measured, so one pair says little; the noise floor (``noise_pct``: how far apart the two
+  uninstrumented runs of a pair were) tells how much. The same
   comparison from each run's first ``rlscope.step()`` on (``steady_*``) leaves out the
   interpreter's start-up, whose time (imports, CUDA initialisation) varies by seconds between
   identical runs.
@@ -37,6 +38,7 @@ remove the trace writes whole.
 
 from __future__ import annotations
 
+import json
 import sys
 import tempfile
 import time
@@ -205,15 +207,19 @@ def pairs_within_budget(run_pair: Callable[[int], dict[str, float]], wanted: int
     return pairs
 
 
-def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float]:
+def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float | str]:
     """Per column, the median over the pairs (identical runs differ by 2.5-37% on the machines
-    measured, so one pair says little), with the corrected errors' range beside it."""
+    measured, so one pair says little), with the corrected errors' range beside it and every
+    pair's error in run order (``*_pairs_pct``, a JSON list in one results.csv cell): whether a
+    median's miss is one stray pair or all of them leaning one way is what tells noise from a
+    cost the correction lacks."""
     columns = [c for c in pairs[0] if all(c in p for p in pairs)]
-    out = {c: float(np.median([p[c] for p in pairs])) for c in columns}
+    out: dict[str, float | str] = {c: float(np.median([p[c] for p in pairs])) for c in columns}
     for column in ("corrected_error_pct", "steady_corrected_error_pct"):
         if column in out:
             values = [p[column] for p in pairs]
             out[column.replace("_pct", "_min_pct")], out[column.replace("_pct", "_max_pct")] = min(values), max(values)
+            out[column.replace("_pct", "_pairs_pct")] = json.dumps([round(v, 2) for v in values])
     return {**out, "whole_run_pairs": len(pairs)}
 
 

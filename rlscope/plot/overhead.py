@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
 from typing import Any
 
@@ -22,7 +23,9 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     alternating windows of one run and on sessions started and stopped in segments of one run
     (each run's median over blocks, averaged; the mean of the runs' 95% intervals); beside them,
     how uncertain the correction of an iteration is from the calibration alone
-    (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded."""
+    (``calibration_uncertainty_pct``, median over repetitions); the ±5% target shaded. Every
+    single whole-run pair (``*_pairs_pct``) is a dot on its bar: a median two or three pairs
+    deep hides whether they agree."""
     ok = results[results["status"] == "ok"]
     columns = [c for c in ("raw_error_pct", "corrected_error_pct", "steady_corrected_error_pct",
                            "window_corrected_error_pct", "session_corrected_error_pct") if c in ok.columns]
@@ -37,11 +40,19 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
               "window_corrected_error_pct": ("corrected, alternating windows (median)", "#8172b2"),
               "session_corrected_error_pct": ("corrected, sessions in one run (median)", "#ccb974")}
     width = 0.8 / len(columns)
+    pairs_drawn = False
     for i, column in enumerate(columns):
         label, color = labels[column]
         err = intervals[column] if column in intervals else stats[(column, "std")]
-        ax.bar(x + (i - (len(columns) - 1) / 2) * width, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3,
-               label=label, color=color)
+        at = x + (i - (len(columns) - 1) / 2) * width
+        ax.bar(at, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3, label=label, color=color)
+        pairs_column = column.replace("_pct", "_pairs_pct")
+        for where, workload in zip(at, stats.index) if pairs_column in ok.columns else ():
+            values = [v for cell in ok.loc[ok["workload"] == workload, pairs_column] for v in _pair_errors(cell)]
+            if values:
+                ax.scatter(where + np.linspace(-0.25, 0.25, len(values)) * width * (len(values) > 1), values, s=10,
+                           color="black", zorder=3, label=None if pairs_drawn else "single whole-run pairs")
+                pairs_drawn = True
     if "calibration_uncertainty_pct" in ok.columns:  # the correction's own 95% uncertainty
         spread = ok.groupby("workload")["calibration_uncertainty_pct"].median().reindex(stats.index)
         if spread.notna().any():
@@ -53,11 +64,18 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     ax.set_ylabel("time vs uninstrumented (%)")
     ax.set_xlabel("workload")
     ax.set_title(f"Profiling overhead before and after correction ({meta.get('scale', '')} scale)\n"
-                 "calibrated on runs half as long; whole runs: median over interleaved pairs, mean ± sd over "
-                 "repetitions;\nalternating windows and sessions in one run: median over blocks, 95% interval",
+                 "calibrated on runs half as long; whole runs: median over interleaved pairs (dots: single pairs), "
+                 "mean ± sd over repetitions;\n"
+                 "alternating windows and sessions in one run: median over blocks, 95% interval",
                  fontsize=9)
     ax.legend(fontsize=8, loc="upper center", bbox_to_anchor=(0.5, -0.3), ncol=3)
     ax.grid(axis="y", alpha=0.3)
     note_skipped(fig, results, "workload")
     fig.tight_layout()
     return fig
+
+
+def _pair_errors(cell: Any) -> list[float]:
+    """The single pairs' errors in one ``*_pairs_pct`` cell (a JSON list; NaN in results from
+    before the pairs were kept)."""
+    return [float(v) for v in json.loads(cell)] if isinstance(cell, str) else []
