@@ -47,12 +47,16 @@ def overhead_correction(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
         at = x + (i - (len(columns) - 1) / 2) * width
         ax.bar(at, stats[(column, "mean")], width * 0.95, yerr=err, capsize=3, label=label, color=color)
         pairs_column = column.replace("_pct", "_pairs_pct")
-        for where, workload in zip(at, stats.index) if pairs_column in ok.columns else ():
+        if pairs_column not in ok.columns:
+            continue
+        for where, workload in zip(at, stats.index):
             values = [v for cell in ok.loc[ok["workload"] == workload, pairs_column] for v in _pair_errors(cell)]
-            if values:
-                ax.scatter(where + np.linspace(-0.25, 0.25, len(values)) * width * (len(values) > 1), values, s=10,
-                           color="black", zorder=3, label=None if pairs_drawn else "single whole-run pairs")
-                pairs_drawn = True
+            if not values:
+                continue
+            offsets = np.linspace(-0.25, 0.25, len(values)) * width if len(values) > 1 else np.zeros(1)
+            ax.scatter(where + offsets, values, s=10, color="black", zorder=3,
+                       label=None if pairs_drawn else "single whole-run pairs")
+            pairs_drawn = True
     if "calibration_uncertainty_pct" in ok.columns:  # the correction's own 95% uncertainty
         spread = ok.groupby("workload")["calibration_uncertainty_pct"].median().reindex(stats.index)
         if spread.notna().any():
