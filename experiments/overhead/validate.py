@@ -225,7 +225,7 @@ def median_of_pairs(pairs: list[dict[str, float]]) -> dict[str, float | str]:
 
 def overhead_correction(workload: str, calibration_steps: int, validation_steps: int,
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
-                        validation_pairs: int = 3, calibration_precision_pct: float = 0.0,
+                        validation_pairs: int = 5, calibration_precision_pct: float = 0.0,
                         session_steps: int = 0, session_segment_ms: float = 100.0,
                         calibration_file: str | None = None, budget_s: float = 0.0) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
