@@ -9,10 +9,9 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   uninstrumented runs beside it, and the median over these pairs (every pair's error is kept
   too, ``corrected_error_pairs_pct``). Identical runs differ by 2.5-37% on the machines
   measured, so one pair says little; the noise floor (``noise_pct``: how far apart the two
-  uninstrumented runs of a pair were) tells how much. The same
-  comparison from each run's first ``rlscope.step()`` on (``steady_*``) leaves out the
-  interpreter's start-up, whose time (imports, CUDA initialisation) varies by seconds between
-  identical runs.
+  uninstrumented runs of a pair were) tells how much. The same comparison from each run's
+  first ``rlscope.step()`` on (``steady_*``) leaves out the interpreter's start-up, whose time
+  (imports, CUDA initialisation) varies by seconds between identical runs.
 - **alternating windows**: one run that switches everything rlscope records on and off every
   ``window_ms`` (``rlscope.collect.windows``; where the GPU is traced, CUPTI records nothing in
   the unprofiled windows but stays attached). Per palindromic block, the corrected time per
