@@ -723,14 +723,17 @@ def test_whole_run_pairs_stop_short_of_the_budget_and_keep_the_finished_ones():
     assert run(1.0) == [0.0]  # the first pair runs whatever the budget
 
 
-def test_unprofiled_windows_are_set_against_the_uninstrumented_iteration():
-    from experiments.overhead.validate import unprofiled_windows_slowdown
+def test_unprofiled_stretches_are_set_against_the_uninstrumented_iteration():
+    from experiments.overhead.validate import unprofiled_slowdown
 
     windows = [[[0, 1_100_000, 10], [2, 2_000_000, 10], [2, 2_000_000, 10], [0, 1_100_000, 10]]]
     steady = {"steady_uninstrumented_s": 0.001, "steady_iterations": 10}  # 100 us per iteration
-    result = unprofiled_windows_slowdown(windows, steady)
+    result = unprofiled_slowdown(windows, steady)
     assert result["unprofiled_windows_vs_uninstrumented_pct"] == pytest.approx(10)
-    assert unprofiled_windows_slowdown(windows, {}) == {}
+    assert unprofiled_slowdown(windows, {}) == {}
+    sessions = [[[0, 1_200_000, 10], [2, 2_000_000, 10], [2, 2_000_000, 10], [0, 1_200_000, 10]]]
+    assert unprofiled_slowdown(sessions, steady, "sessions") == {
+        "unprofiled_sessions_vs_uninstrumented_pct": pytest.approx(20)}
 
 
 def test_overhead_figure_shows_the_calibrations_own_uncertainty_where_reported():

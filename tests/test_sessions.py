@@ -121,6 +121,11 @@ def test_sessions_run_profiles_every_other_pair_of_segments(tmp_path, cli_env):
                               machine={}, command=[], runs=[])  # no iteration time: costs taken as they are
     checked = session_errors(out, calibration)
     assert checked["session_corrected_error_pct"] == pytest.approx(result["session_corrected_error_pct"])
+    assert "unprofiled_sessions_vs_uninstrumented_pct" not in checked  # no whole runs to set them against
+    off = unprofiled[:, 1].sum() / unprofiled[:, 2].sum()  # ns per unprofiled iteration
+    steady = {"steady_uninstrumented_s": off * 100 / 1.25 / 1e9, "steady_iterations": 100}
+    against = session_errors(out, calibration, steady)
+    assert against["unprofiled_sessions_vs_uninstrumented_pct"] == pytest.approx(25)
 
 
 def test_sessions_refuse_to_run_under_rlscope_prof(tmp_path, cli_env):

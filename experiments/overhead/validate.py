@@ -50,7 +50,7 @@ import numpy as np
 from rlscope.errors import SkipRun
 
 __all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
-           "pairs_within_budget", "unprofiled_windows_slowdown", "session_errors", "reused_calibration"]
+           "pairs_within_budget", "unprofiled_slowdown", "session_errors", "reused_calibration"]
 
 
 def _total_ns(breakdown: Any, column: str) -> float:
@@ -131,15 +131,17 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
             "steady_noise_pct": 100 * abs(bases[0] - bases[1]) / uninstrumented}
 
 
-def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[str, float]) -> dict[str, float]:
-    """How much slower, per iteration, the alternating run's unprofiled windows ran than the
-    uninstrumented runs from their first step (same command, so the same iterations): what
-    profiling costs even while it records nothing (CUPTI attached, collectors idle), which
-    neither the windows' calibration nor their check can see. Runs differ by their noise."""
+def unprofiled_slowdown(runs: list[list[list[float]]], steady: dict[str, float],
+                        name: str = "windows") -> dict[str, float]:
+    """How much slower, per iteration, the unprofiled stretches of an alternating run (``name``:
+    its windows, or the segments between sessions) ran than the uninstrumented runs from their
+    first step (same command, so the same iterations): what profiling costs even while it
+    records nothing (CUPTI attached, or detached after recording; collectors idle), which the
+    in-process checks take as their baseline and so cannot see. Runs differ by their noise."""
     if not steady.get("steady_iterations"):
         return {}
     lowest_rows = []
-    for run in windows:
+    for run in runs:
         lowest = min((w[0] for w in run), default=0)
         lowest_rows += [w[:3] for w in run if w[0] == lowest]
     rows = np.array(lowest_rows, dtype=np.float64)
@@ -147,20 +149,23 @@ def unprofiled_windows_slowdown(windows: list[list[list[float]]], steady: dict[s
         return {}
     off = rows[:, 1].sum() / rows[:, 2].sum()
     base = steady["steady_uninstrumented_s"] * 1e9 / steady["steady_iterations"]
-    return {"unprofiled_windows_vs_uninstrumented_pct": 100 * (off - base) / base}
+    return {f"unprofiled_{name}_vs_uninstrumented_pct": 100 * (off - base) / base}
 
 
-def session_errors(directory: Path, calibration: Any) -> dict[str, float]:
+def session_errors(directory: Path, calibration: Any, steady: dict[str, float] | None = None) -> dict[str, float]:
     """The sessions check of a ``--sessions`` run in ``directory``: its segments' raw and
     corrected error as ``window_errors`` gives them, with the CPU-side costs scaled by how fast
-    its profiled segments ran against the calibration (``speed_factor``)."""
+    its profiled segments ran against the calibration (``speed_factor``); with the whole runs'
+    ``steady`` columns, also how much slower its unprofiled segments ran than those
+    (``unprofiled_slowdown``)."""
     from experiments.overhead.sessions import read_segments
     from rlscope.analyze.calibration import speed_factor, window_iteration
 
     rows = read_segments(directory)
     speed = speed_factor(calibration, window_iteration([rows]))
     return {**window_errors([rows], calibration.costs_ns, speed or 1.0, prefix="session"),
-            "session_speed_vs_calibration": speed if speed is not None else float("nan")}
+            "session_speed_vs_calibration": speed if speed is not None else float("nan"),
+            **unprofiled_slowdown([rows], steady or {}, "sessions")}
 
 
 def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], tables: dict[str, Any],
@@ -291,7 +296,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         sessions = {}
         if session_steps:
             _run_sessions(command + [str(session_steps), "--segment-ms", f"{session_segment_ms:g}"], root, gpu)
-            sessions = session_errors(root / "sessions", calibration)
+            sessions = session_errors(root / "sessions", calibration, whole)
     return {
         **reused,
         **sessions,
@@ -299,7 +304,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         **window_errors(windows, window_costs(calibration), window_speed or 1.0,
                         unprofiled_ns={"cuda_api": calibration.cupti_residual_ns or 0.0}),
         "window_speed_vs_calibration": window_speed if window_speed is not None else float("nan"),
-        **unprofiled_windows_slowdown(windows, whole),
+        **unprofiled_slowdown(windows, whole),
         "calibration_blocks": calibration.blocks,
         "calibration_runs": len([r for r in calibration.runs if r["config"] == "windows"]),
         "startup_cost_s": calibration.startup_ns / 1e9 if calibration.startup_ns is not None else float("nan"),
