@@ -1,0 +1,86 @@
+"""Every whole-run pair of several overhead validations, pooled per workload: how many, their
+median with a bootstrap 95% interval, and how many lie within ±5%.
+
+On a host whose identical runs differ by 8-15%, one validation's median of 2-5 pairs is
+uncertain by about ±5 points, as wide as the target. Validations of the same workload at the
+same lengths (another repetition, another machine of the kind, the same calibration or not)
+are each a sample of the same error, so their pairs can be pooled until the median is known
+well enough to say whether it is within ±5%:
+
+    python bench/pooled_pairs.py docs/results/overhead/h100_full_budget*.csv
+
+Rows from before ``corrected_error_pairs_pct`` existed still give their pairs where they had
+at most 3: then the minimum, median and maximum are all of them.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+TARGET_PCT = 5.0
+RESAMPLES = 10_000
+
+
+def row_pairs(row: pd.Series, column: str = "corrected_error") -> list[float]:
+    """One validation's pair errors in percent, from its list or, for rows that predate it and had
+    at most 3 pairs, from its minimum, median and maximum; empty where they cannot be known."""
+    cell = row.get(f"{column}_pairs_pct")
+    if isinstance(cell, str) and cell.strip():
+        return [float(v) for v in json.loads(cell)]
+    count = int(row.get("whole_run_pairs", 0) or 0)
+    low, mid, high = (row.get(f"{column}_{k}pct") for k in ("min_", "", "max_"))
+    if count == 1 and pd.notna(mid):
+        return [float(mid)]
+    if count == 2 and pd.notna(low) and pd.notna(high):
+        return [float(low), float(high)]
+    if count == 3 and pd.notna(low) and pd.notna(mid) and pd.notna(high):
+        return [float(low), float(mid), float(high)]
+    return []
+
+
+def pooled(errors: list[float], seed: int = 0) -> dict[str, float]:
+    """Median of the pooled pairs and its bootstrap 95% interval (resampling pairs)."""
+    values = np.asarray(errors, dtype=np.float64)
+    rng = np.random.default_rng(seed)
+    medians = np.median(rng.choice(values, size=(RESAMPLES, len(values))), axis=1)
+    low, high = np.percentile(medians, [2.5, 97.5])
+    return {"pairs": len(values), "median": float(np.median(values)), "low": float(low), "high": float(high),
+            "within": int((np.abs(values) <= TARGET_PCT).sum())}
+
+
+def verdict(p: dict[str, float]) -> str:
+    """Whether the pooled median is known to be within the target, outside it, or neither."""
+    if -TARGET_PCT <= p["low"] and p["high"] <= TARGET_PCT:
+        return "within"
+    if p["low"] > TARGET_PCT or p["high"] < -TARGET_PCT:
+        return "outside"
+    return "not settled"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("results", nargs="+", type=Path, help="results.csv files of the overhead experiment")
+    args = parser.parse_args()
+    frame = pd.concat([pd.read_csv(p).assign(source=p.name) for p in args.results], ignore_index=True)
+    frame = frame[frame["status"] == "ok"]
+    for column, title in (("corrected_error", "whole runs"), ("steady_corrected_error", "from the first step")):
+        print(f"# {title}: pooled pairs per workload (percent; target ±{TARGET_PCT:g})")
+        for workload, rows in frame.groupby("workload"):
+            errors = [e for _, row in rows.iterrows() for e in row_pairs(row, column)]
+            unknown = sum(1 for _, row in rows.iterrows() if not row_pairs(row, column))
+            if not errors:
+                print(f"{workload}: no pairs known")
+                continue
+            p = pooled(errors)
+            print(f"{workload}: {p['pairs']} pairs from {len(rows) - unknown} validations, median {p['median']:+.1f} "
+                  f"(95% interval {p['low']:+.1f}..{p['high']:+.1f}: {verdict(p)}), {p['within']} pairs within"
+                  + (f"; {unknown} validations' pairs unknown" if unknown else ""))
+
+
+if __name__ == "__main__":
+    main()
