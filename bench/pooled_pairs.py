@@ -74,7 +74,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("results", nargs="+", type=Path, help="results.csv files of the overhead experiment")
     args = parser.parse_args()
-    frame = pd.concat([pd.read_csv(p).assign(source=p.name) for p in args.results], ignore_index=True)
+    frame = pd.concat([pd.read_csv(p) for p in args.results], ignore_index=True)
     frame = frame[frame["status"] == "ok"]
     for column, title in (("corrected_error", "whole runs"), ("steady_corrected_error", "from the first step")):
         print(f"# {title}: pooled pairs per workload (percent; target ±{TARGET_PCT:g})")
