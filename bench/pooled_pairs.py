@@ -33,7 +33,8 @@ def row_pairs(row: pd.Series, column: str = "corrected_error") -> list[float]:
     cell = row.get(f"{column}_pairs_pct")
     if isinstance(cell, str) and cell.strip():
         return [float(v) for v in json.loads(cell)]
-    count = int(row.get("whole_run_pairs", 0) or 0)
+    count = row.get("whole_run_pairs")
+    count = 0 if pd.isna(count) else int(count)
     low, mid, high = (row.get(f"{column}_{k}pct") for k in ("min_", "", "max_"))
     if count == 1 and pd.notna(mid):
         return [float(mid)]

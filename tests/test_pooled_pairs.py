@@ -26,6 +26,8 @@ def test_a_row_gives_its_listed_pairs_or_those_its_range_fixes():
     assert pooled_pairs.row_pairs(four_unlisted) == []
     steady = pd.Series({"whole_run_pairs": 1, "steady_corrected_error_pct": 2.5})
     assert pooled_pairs.row_pairs(steady, "steady_corrected_error") == [2.5]
+    uncounted = pd.Series({"whole_run_pairs": float("nan"), "corrected_error_pct": 2.5})  # a row from before pairs
+    assert pooled_pairs.row_pairs(uncounted) == []
 
 
 def test_pooling_settles_only_when_the_interval_is_inside_or_outside_the_target():
