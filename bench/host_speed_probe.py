@@ -15,7 +15,8 @@ no such normalisation can help. This measures which, for runs in the given order
 CPU and the runs to the others, where the machine has more than two. It prints each run's time
 and the probe's median piece during it, then the spread of the uninstrumented runs, raw and
 normalised, and each ``UPU`` triple's profiled excess, raw and normalised. The probe's pieces
-and the runs' spans are kept in ``OUT/probe.json``.
+(end ns, duration ns) are kept in ``OUT/pieces.json``, each run's seconds and the probe's median
+piece during it in ``OUT/probe.json``.
 """
 
 from __future__ import annotations
