@@ -26,23 +26,16 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlscope import _hotpath
+from rlscope.collect.environment import ENV_DIRECTORY, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
 
 __all__ = ["profile", "operation", "set_phase", "step", "enabled", "ENV_DIRECTORY"]
 
-ENV_DIRECTORY = "RLSCOPE_DIR"  # set by `rlscope prof`: every Python process under it profiles itself
-ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"
-ENV_PROCESS = "RLSCOPE_PROCESS"
-ENV_TARGETS = "RLSCOPE_TARGETS"  # extra "module=backend|simulator,..." targets
-ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time (calibration's baseline)
-ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1": calibration's start-up run, exits at the first step
-ENV_WINDOWS = "RLSCOPE_WINDOWS"  # calibration: "MS:LEVEL,..." switches layers on and off (collect/windows.py)
-ENV_GPU = "RLSCOPE_GPU"  # "0": no GPU collection (CUPTI, NVML); or a subset "runtime,driver,kernels"
 
 F = TypeVar("F", bound=Callable[..., Any])
 
 _session: Any = None  # rlscope.collect.session.Session while profiling, else None
 # step() is native (``rlscope._hotpath.step``) and reports to what ``_bind`` binds it to, apart
-# from ``_session``: calibration switches annotations off for stretches of a run (``_session``
+# from ``_session``: alternating windows switch annotations off for stretches of a run (``_session``
 # None, exactly as unprofiled) while iterations must still be counted.
 _bound: Any = None  # the session of this process, whether or not annotations are on just now
 
@@ -192,25 +185,6 @@ def _start(directory: Path, process: str | None, phase: str | None, transitions:
     return session
 
 
-def _start_from_environment() -> None:
-    """Profile this whole process into $RLSCOPE_DIR (called at interpreter start by `rlscope prof`)."""
-    directory = os.environ.get(ENV_DIRECTORY)
-    if not directory or _bound is not None:
-        return
-    import atexit
-
-    if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
-        from rlscope.collect.session import WallClock
-
-        clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS),
-                          until_first_step=os.environ.get(ENV_UNTIL_FIRST_STEP) == "1")
-        _hotpath.bind_step(callback=clock.first_step)
-        atexit.register(clock.stop)
-        return
-    _bind(_start(Path(directory), None, None, None))
-    atexit.register(_stop_at_exit)
-
-
 def _restart_in_child() -> None:
     """A forked child gets its own trace files.
 
@@ -222,7 +196,7 @@ def _restart_in_child() -> None:
     if session is None:
         return
     session.abandon_after_fork()
-    _bind(session)  # the fork may have come while calibration had annotations off
+    _bind(session)  # the fork may have come while alternating windows had annotations off
     mp_util = sys.modules.get("multiprocessing.util")
     if mp_util is not None:
         mp_util.register_after_fork(session, _close_with_multiprocessing)

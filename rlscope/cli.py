@@ -73,8 +73,12 @@ def plot(directory: Path, out_dir: Path | None) -> None:
     if (directory / "experiment.json").exists() or not _is_trace(directory):
         _draw(directory, out_dir or directory.resolve().parent / "artifacts")
         return
+    from rlscope.analyze import ANALYSIS_DIR
     from rlscope.plot.render import draw_profile
 
+    if not (directory / ANALYSIS_DIR / "breakdown.parquet").exists():
+        click.echo(f"{directory} has no analysis tables yet: analysing it first", err=True)
+        _analyze(directory)
     for path in draw_profile(directory, out_dir or directory / "figures"):
         if path.suffix == ".pdf":
             click.echo(f"figure: {path}")
@@ -137,8 +141,8 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
               precision_pct: float, startup_pairs: int, extend: bool, command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
-    from rlscope.analyze.calibration import CALIBRATION_FILE
-    from rlscope.collect.calibrate import calibrate as run_calibration
+    from rlscope.calibrate import CALIBRATION_FILE
+    from rlscope.calibrate import calibrate as run_calibration
     from rlscope.collect.launch import default_output
 
     if extend and output_dir is None:
@@ -183,16 +187,19 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
 @click.option("--corrected", is_flag=True, help="Also subtract rlscope's own overhead (needs a calibration).")
 @click.option("--calibration", "calibration_file", type=click.Path(path_type=Path), default=None,
               help="calibration.json from `rlscope calibrate` (default: TRACE_DIR/calibration.json).")
-def analyze(trace_dir: Path, corrected: bool, calibration_file: Path | None) -> None:
+@click.option("--drop-corrupt", is_flag=True,
+              help="Where a trace chunk is corrupt, analyse the chunks before it instead of stopping.")
+def analyze(trace_dir: Path, corrected: bool, calibration_file: Path | None, drop_corrupt: bool) -> None:
     """Compute time breakdown and transition tables of TRACE_DIR (into TRACE_DIR/analysis/)."""
-    _analyze(trace_dir, (calibration_file or trace_dir / "calibration.json") if corrected else None)
+    _analyze(trace_dir, (calibration_file or trace_dir / "calibration.json") if corrected else None, drop_corrupt)
 
 
-def _analyze(trace_dir: Path, calibration_file: Path | None = None) -> None:
-    from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
+def _analyze(trace_dir: Path, calibration_file: Path | None = None, drop_corrupt: bool = False) -> None:
+    from rlscope.analyze import ANALYSIS_DIR, write_tables
     from rlscope.analyze.summary import format_correction, format_summary
+    from rlscope.calibrate import analyze_corrected
 
-    tables = analyze_trace(trace_dir, calibration_file)
+    tables = analyze_corrected(trace_dir, calibration_file, drop_corrupt)
     write_tables(tables, trace_dir / ANALYSIS_DIR)
     click.echo(format_summary(tables["breakdown"], tables["transitions"], tables["gpu"]))
     if calibration_file is not None:

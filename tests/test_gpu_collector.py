@@ -173,8 +173,10 @@ def test_utilisation_timeline_sets_nvml_against_kernel_union(tmp_path):
     assert pivot["nvidia-smi utilization.gpu"].tolist() == [90, 70]
     assert pivot["SM utilisation (GPM)"].dropna().tolist() == [3.5]
 
+    from rlscope.analyze import ANALYSIS_DIR, analyze_trace, write_tables
     from rlscope.plot.render import draw_profile
 
+    write_tables(analyze_trace(tmp_path), tmp_path / ANALYSIS_DIR)
     written = draw_profile(tmp_path, tmp_path / "figures")
     assert (tmp_path / "figures" / "gpu_utilisation.pdf") in written
 

@@ -76,7 +76,7 @@ def test_utilisation_is_sampled(tmp_path):
 
 
 def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monkeypatch):
-    from rlscope.collect.calibrate import measure_windows
+    from rlscope.calibrate.spans import measure_windows
     from rlscope.collect.cupti import QUERY_APIS
 
     torch = pytest.importorskip("torch")
@@ -175,7 +175,7 @@ def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
 
 
 def test_the_residual_probe_detaches_between_cycles_and_times_every_call():
-    from rlscope.collect.cupti_residual import measure_residual
+    from rlscope.calibrate.residual import measure_residual
 
     result = measure_residual(cycles=6, calls=2000)  # raises unless CUPTI detached after every cycle
     assert result["cycles"] == 6 and {"driver_query", "driver_launch"} <= set(result["probes"])
@@ -186,7 +186,8 @@ def test_the_residual_probe_detaches_between_cycles_and_times_every_call():
 def test_calibration_with_a_gpu_runs_its_later_start_up_pairs_whole(tmp_path):
     import sys
 
-    from rlscope.collect.calibrate import PROFILED_STARTUP, STARTUP, _derive, calibrate
+    from rlscope.calibrate import calibrate, derive_calibration
+    from rlscope.calibrate.model import PROFILED_STARTUP, STARTUP
 
     pytest.importorskip("torch")
     script = tmp_path / "loop.py"
@@ -202,7 +203,8 @@ def test_calibration_with_a_gpu_runs_its_later_start_up_pairs_whole(tmp_path):
     assert calibration.blocks > 0 and "cuda_api" in calibration.costs_ns, calibration.blocks
     assert calibration.cupti_residual_ns is not None
     assert calibration.continuous_ns is not None
-    windows_only = _derive([r for r in calibration.runs if r["config"] != PROFILED_STARTUP])
+    windows_only = derive_calibration([r for r in calibration.runs if r["config"] != PROFILED_STARTUP],
+                                      calibration.machine, calibration.command)
     assert windows_only.continuous_ns is None
     assert calibration.costs_ns["cuda_api"] == pytest.approx(windows_only.costs_ns["cuda_api"]
                                                              + calibration.continuous_ns)

@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from rlscope.harness.executors import LocalExecutor
-from rlscope.harness.files import write_atomic
+from rlscope.files import write_atomic
 from rlscope.harness.manifest import load_manifest
 from rlscope.harness import runner
 from rlscope.harness.runner import run_sweep

@@ -115,10 +115,10 @@ def test_sessions_run_profiles_every_other_pair_of_segments(tmp_path, cli_env):
     assert result["session_blocks"] == len(rows) // 4 - 1  # the first block, warm-up, left out
     assert result["session_raw_error_pct"] > result["session_corrected_error_pct"]
     from experiments.overhead.validate import session_errors
-    from rlscope.analyze.calibration import Calibration
+    from rlscope.calibrate import Calibration
 
     calibration = Calibration(costs_ns={"annotation": 300.0, "python_call": 1500.0}, ci95_ns={}, repetitions=1,
-                              machine={}, command=[], runs=[])  # no iteration time: costs taken as they are
+                              machine={}, command=(), runs=())  # no iteration time: costs taken as they are
     checked = session_errors(out, calibration)
     assert checked["session_corrected_error_pct"] == pytest.approx(result["session_corrected_error_pct"])
     assert "unprofiled_sessions_vs_uninstrumented_pct" not in checked  # no whole runs to set them against

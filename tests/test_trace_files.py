@@ -100,3 +100,48 @@ def test_empty_events_file_reads_as_no_events(tmp_path: Path) -> None:
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert read_process(tmp_path / "p.1").events.empty
+
+
+def _garble_first_kind_of_chunk(path: Path, chunk: int, value: int) -> None:
+    """Rewrite the stream with the first ``kind`` of chunk ``chunk`` (0-based) set to ``value``:
+    bytes garbled inside a chunk that Arrow still parses, as a bad disk leaves them."""
+    import pyarrow as pa
+
+    with pa.OSFile(str(path)) as f:
+        reader = pa.ipc.open_stream(f)
+        batches = list(reader)
+    kinds = batches[chunk].column("kind").to_numpy().copy()
+    kinds[0] = value
+    columns = [pa.array(kinds, pa.int8()) if name == "kind" else batches[chunk].column(name)
+               for name in batches[chunk].schema.names]
+    batches[chunk] = pa.RecordBatch.from_arrays(columns, schema=batches[chunk].schema)
+    with pa.OSFile(str(path), "wb") as f, pa.ipc.new_stream(f, batches[0].schema) as writer:
+        for batch in batches:
+            writer.write_batch(batch)
+
+
+def test_a_corrupt_chunk_is_one_error_naming_it_and_the_chunks_before_it_can_be_kept(tmp_path: Path) -> None:
+    write(tmp_path / "p.1", 1000, chunk=100)
+    events = tmp_path / "p.1" / "events.arrows"
+    _garble_first_kind_of_chunk(events, 3, 123)
+    with pytest.raises(TraceError, match=r"events.arrows: chunk 4 .* is corrupt: unknown event kind .*--drop-corrupt"):
+        read_trace(tmp_path)
+    with pytest.warns(TraceWarning, match="analysing the 3 chunks before it"):
+        (trace,) = read_trace(tmp_path, drop_corrupt=True)
+    ops = trace.events[trace.events["kind"] == 0]
+    assert 250 <= len(ops) <= 300 and ops["start_ns"].tolist() == list(range(len(ops)))  # the first events, intact
+
+
+def test_a_corrupt_chunk_ends_rlscope_analyze_in_one_line_without_a_traceback(tmp_path: Path, cli_env) -> None:
+    import subprocess
+    import sys
+
+    write(tmp_path / "p.1", 1000, chunk=100)
+    _garble_first_kind_of_chunk(tmp_path / "p.1" / "events.arrows", 5, -16)
+    result = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(tmp_path)], capture_output=True,
+                            text=True, env=cli_env)
+    assert result.returncode == 2 and "Traceback" not in result.stderr and "chunk 6" in result.stderr
+    kept = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(tmp_path), "--drop-corrupt"],
+                          capture_output=True, text=True, env=cli_env)
+    assert kept.returncode == 0, kept.stderr
+    assert (tmp_path / "analysis" / "breakdown.csv").exists()

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 import rlscope
-from rlscope.collect.calibrate import measure_windows
+from rlscope.calibrate.spans import measure_windows
 from rlscope.collect.windows import WINDOWS_FILE, parse_windows
 from rlscope.errors import RlscopeError
 from rlscope.trace.reader import read_trace

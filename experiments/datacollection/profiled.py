@@ -8,7 +8,7 @@ runs ITERATIONS calls of ``rollout(policy, K)`` (each one ``rlscope.step()`` and
 function runs that command under ``rlscope prof``, analyses the trace and returns one row per
 layer of the time breakdown and one per transition type, per iteration. With ``calibrate: true``
 in the manifest's params it also corrects the breakdown for profiling's own overhead, with a
-calibration of the same loop made once per machine (``rlscope.collect.calibrate.cached_calibration``).
+calibration of the same loop made once per machine (``rlscope.calibrate.cached_calibration``).
 """
 
 from __future__ import annotations
@@ -61,7 +61,7 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
     iteration; with ``calibrate`` also corrected for profiling's overhead) and of the
     transitions (count per iteration)."""
     from experiments.datacollection.collect import resolve_device
-    from rlscope.analyze import analyze_trace
+    from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
     from rlscope.plot.breakdown import stack_label
 
@@ -81,7 +81,7 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
             raise RuntimeError(f"profiled loop failed (exit {code}):\n{text[-3000:]}")
         if calibrate:
             calibration, calibration_path = _calibration(command, trace, iterations, device, timeout_s)
-        tables = analyze_trace(trace, calibration_path)
+        tables = analyze_corrected(trace, calibration_path)
     frame = tables["breakdown"]
     ours = frame[(frame["thread"] == "main") & (frame["operation"] == OPERATION)].copy()
     ours["layer"] = [stack_label(c, g) for c, g in zip(ours["cpu"], ours["gpu"])]
@@ -124,8 +124,8 @@ def _calibration(command: list[str], trace: Path, iterations: int, device: str, 
     import math
     import shutil
 
-    from rlscope.analyze.calibration import trace_iteration
-    from rlscope.collect.calibrate import cached_calibration
+    from rlscope.calibrate import cached_calibration
+    from rlscope.calibrate.spans import trace_iteration
     from rlscope.trace.reader import read_trace
 
     length: int | None = None  # None: judged from the profiled run, read only if nothing is cached

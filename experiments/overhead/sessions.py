@@ -30,7 +30,7 @@ from typing import Any
 import numpy as np
 
 import rlscope
-from rlscope.harness.files import write_json_atomic
+from rlscope.files import write_json_atomic
 
 __all__ = ["SEGMENTS_FILE", "SessionSegments"]
 
@@ -123,7 +123,7 @@ def read_segments(directory: Path) -> list[list[int]]:
     """The timed stretches of a ``--sessions`` run as ``WINDOW_COLUMNS`` rows (level 0:
     unprofiled, the top level: profiled), in order: a profiled stretch's duration leaves out its
     trace writes and its events are counted from its session's trace, as for alternating windows."""
-    from rlscope.collect.calibrate import window_rows
+    from rlscope.calibrate.spans import window_rows
     from rlscope.collect.windows import LEVELS
     from rlscope.errors import RlscopeError
     from rlscope.trace.reader import read_trace

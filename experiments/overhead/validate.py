@@ -17,7 +17,7 @@ Calibrate on runs of ``calibration_steps``, then check the correction on runs of
   the unprofiled windows but stays attached). Per palindromic block, the corrected time per
   iteration of the profiled windows against that of the unprofiled windows next to them; median
   and its 95% interval over blocks. Unprofiled windows that follow a recording pay CUPTI's
-  residual on each CUDA call (``rlscope.collect.cupti_residual``), which calibration adds to
+  residual on each CUDA call (``rlscope.calibrate.residual``), which calibration adds to
   the CUDA API cost; their time is taken less that, for the profiled windows' calls. So this
   check cannot test the residual itself; whole runs and sessions (CUPTI detached between them) do.
 - **sessions** (``session_*``): one run of ``session_steps`` that starts and stops whole
@@ -69,7 +69,9 @@ def window_errors(windows: list[list[list[float]]], costs_ns: dict[str, float], 
     ``unprofiled_ns``: per event type, what the unprofiled windows pay per event of the profiled
     windows though they record nothing (CUPTI's residual on each CUDA call): their time less that
     is the uninstrumented time they stand for."""
-    from rlscope.analyze.calibration import applied_costs, median_ci95, window_blocks
+    from rlscope.calibrate.correct import applied_costs
+    from rlscope.calibrate.stats import median_ci95
+    from rlscope.calibrate.window_costs import window_blocks
 
     costs = applied_costs(costs_ns, speed)
     raw, corrected = [], []
@@ -107,7 +109,8 @@ def steady_errors(base: list[Any], profiled: list[Any], raw_ns: float, corrected
     removed from there on (all it removed, less what it removed from the start-up: the main
     thread's events and trace writes there, and ``startup_ns``, the calibration's start-up
     cost as applied). ``base``: the uninstrumented runs' traces; empty when a run has no step."""
-    from rlscope.analyze.calibration import applied_costs, first_step_ns, profiled_startup, span_removed
+    from rlscope.calibrate.correct import applied_costs, span_removed
+    from rlscope.calibrate.spans import first_step_ns, profiled_startup
     from rlscope.trace.schema import Kind
 
     if len(profiled) != 1 or len(base) != 2:
@@ -159,7 +162,8 @@ def session_errors(directory: Path, calibration: Any, steady: dict[str, float] |
     ``steady`` columns, also how much slower its unprofiled segments ran than those
     (``unprofiled_slowdown``)."""
     from experiments.overhead.sessions import read_segments
-    from rlscope.analyze.calibration import speed_factor, window_iteration
+    from rlscope.calibrate.speed import speed_factor
+    from rlscope.calibrate.window_costs import window_iteration
 
     rows = read_segments(directory)
     speed = speed_factor(calibration, window_iteration([rows]))
@@ -174,7 +178,7 @@ def whole_run_pair(base: list[Any], base_again: list[Any], profiled: list[Any], 
     and after it (``base``, ``base_again``: their traces; ``tables``: the profiled run's
     analysis corrected with ``calibration``), from the start and from the first step
     (``steady_errors``)."""
-    from rlscope.analyze.calibration import applied_startup_ns
+    from rlscope.calibrate.correct import applied_startup_ns
 
     breakdown = tables["breakdown"]
     raw, corrected = _total_ns(breakdown, "time_ns"), _total_ns(breakdown, "corrected_ns")
@@ -241,9 +245,10 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     return the errors in percent. ``budget_s``: seconds this repetition may take, calibration
     included (0: no limit); the whole-run pairs stop short of it (``pairs_within_budget``)."""
     from experiments.overhead.loops import GPU_WORKLOADS
-    from rlscope.analyze import analyze_trace
-    from rlscope.analyze.calibration import CALIBRATION_FILE, speed_factor, window_iteration
-    from rlscope.collect.calibrate import calibrate, measure_windows
+    from rlscope.calibrate import CALIBRATION_FILE, analyze_corrected, calibrate
+    from rlscope.calibrate.spans import measure_windows
+    from rlscope.calibrate.speed import speed_factor
+    from rlscope.calibrate.window_costs import window_iteration
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.collect.windows import LEVELS, format_windows
@@ -282,7 +287,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
         bases = [read_trace(run("base0", wall_only=True))]
 
         def pair(i: int) -> dict[str, float]:
-            tables = analyze_trace(run(f"profiled{i}", gpu=gpu), calibration_path)
+            tables = analyze_corrected(run(f"profiled{i}", gpu=gpu), calibration_path)
             bases.append(read_trace(run(f"base{i + 1}", wall_only=True)))
             return whole_run_pair(bases[i], bases[i + 1], read_trace(root / f"profiled{i}"), tables, calibration)
 
@@ -326,10 +331,10 @@ def reused_calibration(path: Path, workload: str, validation_steps: int) -> Any:
     """A calibration made earlier (``rlscope calibrate -- python -m experiments.overhead.loops
     WORKLOAD STEPS``), checked to be of ``workload`` and of another length than the validation,
     as the check requires."""
-    from rlscope.analyze.calibration import Calibration
+    from rlscope.calibrate import Calibration
 
     calibration = Calibration.load(path)
-    command = calibration.command
+    command = list(calibration.command)
     if command[-3:-1] != ["experiments.overhead.loops", workload] or not command[-1].isdigit():
         raise ValueError(f"calibration_file {path}: made with {' '.join(command) or 'no command'!r}, not for "
                          f"{workload}; calibrate with `rlscope calibrate -- python -m experiments.overhead.loops "
@@ -346,7 +351,7 @@ def _run_sessions(command: list[str], root: Path, gpu: bool) -> None:
     import os
     import subprocess
 
-    from rlscope.api import ENV_GPU
+    from rlscope.collect.environment import ENV_GPU
 
     env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
     if not gpu:

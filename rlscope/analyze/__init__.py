@@ -7,49 +7,36 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlscope.analyze.calibration import (
-    Calibration,
-    check_speed,
-    correct_breakdown,
-    iterating_process,
-    speed_factor,
-    trace_iteration,
-)
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
-from rlscope.harness.files import write_atomic
-from rlscope.trace.reader import read_trace
+from rlscope.errors import ResultsError
+from rlscope.files import write_atomic
+from rlscope.trace.reader import ProcessTrace, read_trace
 
-__all__ = ["analyze_trace", "write_tables", "breakdown", "transitions", "ANALYSIS_DIR", "TABLES"]
+__all__ = ["analyze_trace", "analyze_processes", "write_tables", "read_tables", "breakdown", "transitions",
+           "ANALYSIS_DIR", "TABLES"]
 
 ANALYSIS_DIR = "analysis"
 TABLES = ("breakdown", "transitions", "gpu", "utilisation")
 
 
-def analyze_trace(directory: Path, calibration: Path | None = None) -> dict[str, pd.DataFrame]:
-    """Every table over every process of the trace at ``directory``: breakdown, transitions,
-    gpu (work per operation) and utilisation (GPU-bound vs NVML over time); the last two are
-    empty for a trace without GPU activity. With a ``calibration`` file the breakdown gains
-    ``corrected_ns`` and ``overhead_ns`` (rlscope's own overhead removed)."""
-    processes = read_trace(directory)
+def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
+    """Every table over every process of the trace at ``directory`` (``analyze_processes``);
+    ``drop_corrupt``: analyse the chunks before a corrupt one rather than stop at it."""
+    return analyze_processes(read_trace(directory, drop_corrupt=drop_corrupt))
+
+
+def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
+    """Every table over ``processes``: breakdown, transitions, gpu (work per operation) and
+    utilisation (GPU-bound vs NVML over time); the last two are empty for a trace without GPU
+    activity."""
     tables = [analyze_process(p) for p in processes]
-    out = {
+    return {
         "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
         "transitions": pd.concat([t for _, t in tables], ignore_index=True),
         "gpu": pd.concat([gpu_by_operation(p) for p in processes], ignore_index=True),
         "utilisation": pd.concat([utilisation_timeline(p) for p in processes], ignore_index=True),
     }
-    if calibration is not None:
-        cal = Calibration.load(calibration)
-        for p in processes:
-            cal.check_fits(p.meta)
-        speed = speed_factor(cal, trace_iteration(processes))
-        check_speed(speed)
-        iterating = iterating_process(processes)
-        out["breakdown"] = correct_breakdown(out["breakdown"], out["transitions"], cal, speed or 1.0,
-                                             startup_process=iterating.process if iterating is not None else None)
-        out["breakdown"]["speed_vs_calibration"] = speed if speed is not None else float("nan")
-    return out
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
@@ -64,3 +51,18 @@ def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:
         write_atomic(out_dir / f"{name}.parquet", blob.getvalue())
         written += [out_dir / f"{name}.csv", out_dir / f"{name}.parquet"]
     return written
+
+
+def read_tables(out_dir: Path, trace_dir: Path) -> dict[str, pd.DataFrame]:
+    """The tables ``write_tables`` wrote; a missing or unreadable one is a ``ResultsError`` that
+    names the file and the command that rebuilds it (nothing is recomputed silently)."""
+    tables = {}
+    for name in TABLES:
+        path = out_dir / f"{name}.parquet"
+        try:
+            tables[name] = pd.read_parquet(path)
+        except FileNotFoundError as err:
+            raise ResultsError(f"{path}: missing; run `rlscope analyze {trace_dir}` first") from err
+        except (OSError, ValueError) as err:
+            raise ResultsError(f"{path}: unreadable ({err}); rebuild it with `rlscope analyze {trace_dir}`") from err
+    return tables

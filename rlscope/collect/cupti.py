@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlscope.api import ENV_GPU
+from rlscope.collect.environment import ENV_GPU
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 

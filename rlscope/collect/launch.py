@@ -14,7 +14,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlscope.api import (
+from rlscope.collect.environment import (
     ENV_DIRECTORY,
     ENV_GPU,
     ENV_PROCESS,

@@ -17,13 +17,13 @@ from pathlib import Path
 
 import rlscope
 from rlscope import _hotpath
-from rlscope.api import ENV_GPU, ENV_UNTIL_FIRST_STEP, ENV_WINDOWS
+from rlscope.collect.environment import ENV_GPU, ENV_UNTIL_FIRST_STEP, ENV_WINDOWS
 from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
 from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
-from rlscope.harness.files import write_json_atomic
+from rlscope.files import write_json_atomic
 from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
 from rlscope.trace.writer import TraceWriter
 

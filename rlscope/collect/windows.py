@@ -50,7 +50,7 @@ from pathlib import Path
 from typing import Any
 
 from rlscope.errors import RlscopeError
-from rlscope.harness.files import write_json_atomic
+from rlscope.files import write_json_atomic
 
 __all__ = ["LEVELS", "WINDOWS_FILE", "AlternatingWindows", "parse_windows", "format_windows"]
 

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 import rlscope
 from rlscope.harness.executors import Executor, LocalExecutor
-from rlscope.harness.files import read_json, write_atomic, write_json_atomic
+from rlscope.files import read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
 

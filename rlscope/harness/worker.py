@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from rlscope.errors import SkipRun, WorkloadError
-from rlscope.harness.files import read_json, write_json_atomic
+from rlscope.files import read_json, write_json_atomic
 
 __all__ = ["resolve_workload", "main", "PARTIAL_FILE"]
 

@@ -13,7 +13,7 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from rlscope.errors import ResultsError  # noqa: E402
-from rlscope.harness.files import read_json, write_atomic  # noqa: E402
+from rlscope.files import read_json, write_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
 
 __all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped"]
@@ -65,18 +65,13 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
 
 
 def draw_profile(trace_dir: Path, out_dir: Path) -> list[Path]:
-    """Draw the figures of a trace (breakdown, transitions, and GPU utilisation where the trace
-    has GPU activity), analysing it first if needed."""
-    from rlscope.analyze import ANALYSIS_DIR, TABLES, analyze_trace, write_tables
+    """Draw the figures of an analysed trace (breakdown, transitions, and GPU utilisation where
+    the trace has GPU activity) from the tables `rlscope analyze` wrote."""
+    from rlscope.analyze import ANALYSIS_DIR, read_tables
     from rlscope.plot.breakdown import time_breakdown, transition_counts
     from rlscope.plot.utilisation import utilisation_over_time
 
-    tables_dir = trace_dir / ANALYSIS_DIR
-    try:
-        tables = {name: pd.read_parquet(tables_dir / f"{name}.parquet") for name in TABLES}
-    except (OSError, ValueError):
-        tables = analyze_trace(trace_dir)
-        write_tables(tables, tables_dir)
+    tables = read_tables(trace_dir / ANALYSIS_DIR, trace_dir)
     written = save_figure(time_breakdown(tables["breakdown"]), out_dir, "time_breakdown")
     written += save_figure(transition_counts(tables["transitions"]), out_dir, "transitions")
     if not tables["utilisation"].empty:

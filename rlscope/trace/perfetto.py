@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from rlscope.harness.files import write_atomic
+from rlscope.files import write_atomic
 from rlscope.trace.reader import ProcessTrace, read_trace
 from rlscope.trace.schema import Category, Kind
 

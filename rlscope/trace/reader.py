@@ -1,4 +1,5 @@
-"""Read trace bundles back as pandas DataFrames; a torn last chunk is dropped with a warning."""
+"""Read trace bundles back as pandas DataFrames; a torn last chunk is dropped with a warning, a
+corrupt chunk is an error that names it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ from rlscope.trace.schema import (
     ROW_FIELDS,
     SCHEMA_VERSION,
     UTILISATION_FILE,
+    Category,
     Kind,
 )
 
@@ -46,7 +48,10 @@ class ProcessTrace:
         return f"{self.meta['process']}[{self.meta['pid']}]"
 
 
-def read_process(directory: Path) -> ProcessTrace:
+def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
+    """One process's trace. A torn last chunk (the process died while writing) is dropped with
+    a warning; a corrupt chunk is a ``TraceError`` naming it, unless ``drop_corrupt`` keeps the
+    chunks before it (with a warning)."""
     meta_path = directory / META_FILE
     try:
         meta = json.loads(meta_path.read_text())
@@ -55,41 +60,84 @@ def read_process(directory: Path) -> ProcessTrace:
     if meta.get("schema_version") != SCHEMA_VERSION:
         raise TraceError(f"{meta_path}: trace schema version {meta.get('schema_version')} but this rlscope "
                          f"reads version {SCHEMA_VERSION}; analyze it with the rlscope version that wrote it")
-    batches = []
-    path = directory / EVENTS_FILE
-    try:
-        with pa.OSFile(str(path)) as f:
-            reader = pa.ipc.open_stream(f)
-            while True:
-                try:
-                    batches.append(reader.read_next_batch())
-                except StopIteration:
-                    break
-                except (pa.ArrowInvalid, OSError) as err:
-                    warnings.warn(f"{path}: dropped a torn chunk after {len(batches)} complete ones ({err}); "
-                                  f"the process probably died while writing", TraceWarning, stacklevel=2)
-                    break
-    except (pa.ArrowInvalid, OSError) as err:
-        if path.exists() and path.stat().st_size > 0:
-            warnings.warn(f"{path}: unreadable header ({err}); no events kept", TraceWarning, stacklevel=2)
+    batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt)
     if not meta.get("complete", False):
         warnings.warn(f"{directory}: the process did not finish profiling (crashed or killed); "
                       f"events up to its last flushed chunk are used", TraceWarning, stacklevel=2)
     table = pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
     events = table.to_pandas()
     if (directory / GPU_ROWS_FILE).exists():
-        events = _merge_gpu(directory, events, meta.get("main_tid", 0))
+        events = _merge_gpu(directory, events, meta.get("main_tid", 0), drop_corrupt)
     utilisation = None
     if (directory / UTILISATION_FILE).exists():
         utilisation = pd.read_csv(directory / UTILISATION_FILE)
     return ProcessTrace(directory, meta, events, utilisation)
 
 
+def _read_chunks(path: Path, drop_corrupt: bool) -> list[pa.RecordBatch]:
+    batches: list[pa.RecordBatch] = []
+    try:
+        with pa.OSFile(str(path)) as f:
+            reader = pa.ipc.open_stream(f)
+            while True:
+                try:
+                    batch = reader.read_next_batch()
+                except StopIteration:
+                    break
+                except (pa.ArrowInvalid, OSError) as err:
+                    warnings.warn(f"{path}: dropped a torn chunk after {len(batches)} complete ones ({err}); "
+                                  f"the process probably died while writing", TraceWarning, stacklevel=3)
+                    break
+                problem = _chunk_problem(batch)
+                if problem is not None:
+                    where = f"{path}: chunk {len(batches) + 1} (of events {sum(len(b) for b in batches)} onwards)"
+                    if not drop_corrupt:
+                        raise TraceError(f"{where} is corrupt: {problem}; `rlscope analyze --drop-corrupt` "
+                                         f"analyses the {len(batches)} intact chunks before it")
+                    warnings.warn(f"{where} is corrupt: {problem}; analysing the {len(batches)} chunks before it",
+                                  TraceWarning, stacklevel=3)
+                    break
+                batches.append(batch)
+    except (pa.ArrowInvalid, OSError) as err:
+        if path.exists() and path.stat().st_size > 0:
+            warnings.warn(f"{path}: unreadable header ({err}); no events kept", TraceWarning, stacklevel=3)
+    return batches
+
+
+_KINDS = np.array([int(k) for k in Kind])
+_CATEGORIES = np.array([int(c) for c in Category])
+
+
+def _chunk_problem(batch: pa.RecordBatch) -> str | None:
+    """Why a chunk that Arrow could parse cannot be events rlscope wrote (bytes garbled on disk),
+    or None. Checks what every later stage relies on: names resolve, kinds and categories are
+    known, depths are not negative, intervals do not end before they start."""
+    try:
+        batch.validate(full=True)
+    except pa.ArrowInvalid as err:
+        return str(err)
+    if batch.schema.remove_metadata() != EVENT_SCHEMA.remove_metadata():
+        return "its columns are not rlscope's event schema"
+    column = {name: batch.column(name).to_numpy(zero_copy_only=False) for name in ROW_FIELDS if name != "name"}
+    checks = (
+        (~np.isin(column["kind"], _KINDS), "unknown event kind"),
+        (~np.isin(column["category"], _CATEGORIES), "unknown category"),
+        (column["depth"] < 0, "negative depth"),
+        (column["end_ns"] < column["start_ns"], "an interval that ends before it starts"),
+        (column["operation"] < -1, "an operation id below -1"),
+    )
+    for bad, what in checks:
+        if bad.any():
+            row = int(np.flatnonzero(bad)[0])
+            return f"{what} in row {row} ({', '.join(f'{k}={v[row]}' for k, v in column.items())})"
+    return None
+
+
 _WIDTH = len(ROW_FIELDS)
 _GPU_ACTIVITY = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET), int(Kind.CUDA_SYNC))
 
 
-def _merge_gpu(directory: Path, events: pd.DataFrame, main_tid: int) -> pd.DataFrame:
+def _merge_gpu(directory: Path, events: pd.DataFrame, main_tid: int, drop_corrupt: bool = False) -> pd.DataFrame:
     """Join the CUPTI collector's rows with the process's events.
 
     CUPTI links records by correlation id: a kernel to the API call that launched it (whose
@@ -105,6 +153,14 @@ def _merge_gpu(directory: Path, events: pd.DataFrame, main_tid: int) -> pd.DataF
         warnings.warn(f"{path}: dropped a torn last row; the process probably died while writing",
                       TraceWarning, stacklevel=3)
     rows = np.frombuffer(raw, dtype=np.int64, count=len(raw) // row_bytes * _WIDTH).reshape(-1, _WIDTH).copy()
+    bad = np.flatnonzero(~np.isin(rows[:, 0], _KINDS) | (rows[:, 5] < rows[:, 4]))
+    if len(bad):
+        first = rows[bad[0]]
+        where = f"{path}: row {bad[0]} of {len(rows)} is corrupt (kind {first[0]}, {first[4]}..{first[5]} ns)"
+        if not drop_corrupt:
+            raise TraceError(f"{where}; `rlscope analyze --drop-corrupt` analyses the {bad[0]} rows before it")
+        warnings.warn(f"{where}; analysing the {bad[0]} rows before it", TraceWarning, stacklevel=3)
+        rows = rows[:bad[0]]
     text = (directory / GPU_NAMES_FILE).read_text(errors="replace") if (directory / GPU_NAMES_FILE).exists() else ""
     gpu_names = text.split("\n")[:-1]  # every name ends with a newline; a torn last one is dropped
     kind, tid, start, correlation, operation = (rows[:, i] for i in (0, 2, 4, 7, 8))
@@ -172,12 +228,12 @@ def operation_at(events: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> n
     return out
 
 
-def read_trace(directory: str | Path) -> list[ProcessTrace]:
-    """Every process of a trace bundle, ordered by start time."""
+def read_trace(directory: str | Path, drop_corrupt: bool = False) -> list[ProcessTrace]:
+    """Every process of a trace bundle, ordered by start time (``drop_corrupt``: as in ``read_process``)."""
     directory = Path(directory)
     if not directory.is_dir():
         raise TraceError(f"{directory}: no such trace directory; create one with `rlscope prof -- python train.py`")
-    processes = [read_process(p.parent) for p in sorted(directory.glob(f"*/{META_FILE}"))]
+    processes = [read_process(p.parent, drop_corrupt) for p in sorted(directory.glob(f"*/{META_FILE}"))]
     if not processes:
         raise TraceError(f"{directory}: holds no process traces (no */{META_FILE}); "
                          f"was the script run under `rlscope prof` or `rlscope.profile()`?")

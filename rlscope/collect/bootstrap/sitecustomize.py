@@ -11,9 +11,9 @@ import sys
 
 if os.environ.get("RLSCOPE_DIR"):
     try:
-        from rlscope.api import _start_from_environment
+        from rlscope.collect.environment import start_from_environment
 
-        _start_from_environment()
+        start_from_environment()
     except Exception as err:  # never stop the user's program because profiling could not start
         print(f"rlscope: profiling disabled in this process: {err}", file=sys.stderr)
 

@@ -16,7 +16,7 @@ time per call after recording less the mean of the detached probes either side o
 median over cycles and its 95% interval (``median_ci95``). Calibration adds the launch's to its
 CUDA API cost (``add_residual``, ``Calibration.cupti_residual_ns``).
 
-    python -m rlscope.collect.cupti_residual OUT.json [--cycles N] [--calls N]
+    python -m rlscope.calibrate.residual OUT.json [--cycles N] [--calls N]
 """
 
 from __future__ import annotations
@@ -31,7 +31,7 @@ from typing import Any
 
 import numpy as np
 
-from rlscope.analyze.calibration import median_ci95
+from rlscope.calibrate.stats import median_ci95
 from rlscope.collect.cupti import QUERY_APIS, libcupti_candidates, nvidia_library_candidates
 from rlscope.errors import RlscopeError
 

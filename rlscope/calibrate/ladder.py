@@ -33,44 +33,37 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-import numpy as np
 
-from rlscope.analyze.calibration import (
+from rlscope.calibrate.estimate import derive_calibration
+from rlscope.calibrate.model import (
     CALIBRATION_FILE,
     CONFIGS,
     GPU_CONFIGS,
+    PROFILED_STARTUP,
+    RESIDUAL,
+    STARTUP,
+    WINDOWS,
     Calibration,
-    add_cuda_api_cost,
-    add_residual,
-    continuous_cost,
-    correction_uncertainty_pct,
-    cost_correlation,
-    derive_costs,
-    derive_window_costs,
+    CalibrationError,
     event_counts,
-    event_times,
+    machine_fingerprint,
+)
+from rlscope.calibrate.spans import (
     first_step_ns,
     iterating_process,
-    machine_fingerprint,
+    measure_windows,
     profiled_startup,
     profiled_steady,
-    speed_factor,
-    startup_cost,
     trace_iteration,
-    window_blocks,
-    window_iteration,
-    write_time_in,
 )
-from rlscope.collect.windows import LEVELS, WINDOWS_FILE, format_windows
+from rlscope.calibrate.window_costs import window_blocks
+from rlscope.collect.windows import LEVELS, format_windows
 from rlscope.errors import RlscopeError
 
-__all__ = ["calibrate", "cached_calibration", "calibration_cache_dir", "measure_run", "measure_windows", "WINDOW_MS"]
+__all__ = ["calibrate", "cached_calibration", "calibration_cache_dir", "measure_run", "measure_residual_run",
+           "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
-WINDOWS = "windows"  # the configuration name of an alternating run
-STARTUP = "startup"  # an uninstrumented run to its first rlscope.step(): the baseline of the start-up cost
-PROFILED_STARTUP = "startup-profiled"  # a profiled run to its first rlscope.step()
-RESIDUAL = "cupti-residual"  # the run of rlscope.collect.cupti_residual
 RESIDUAL_TIMEOUT_S = 300.0
 STARTUP_PAIRS = 3  # start-up pairs per repetition (``calibrate``'s ``startup_pairs``)
 MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
@@ -88,35 +81,6 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     else:
         counts = event_counts(analyze_trace(trace_dir)["transitions"])
     return {"wall_ns": wall, "counts": counts}
-
-
-def measure_windows(processes: list[Any]) -> list[list[list[int]]]:
-    """Per process of a trace (``ProcessTrace`` objects) that alternated, its complete windows
-    laid out as ``WINDOW_COLUMNS``. A window's duration leaves out the main thread's trace
-    writes: they are timed as they happen and corrected exactly, and one of a few ms in a 10 ms
-    window would otherwise read as a cost of that window's events."""
-    out = []
-    for process in processes:
-        path = process.directory / WINDOWS_FILE
-        if not path.exists():
-            continue
-        windows = np.array(json.loads(path.read_text())["windows"], dtype=np.int64).reshape(-1, 4)
-        if len(windows):
-            out.append(window_rows(windows, process))
-    return out
-
-
-def window_rows(windows: np.ndarray, process: Any) -> list[list[int]]:
-    """Stretches ``[level, start_ns, end_ns, iterations]`` of one process's trace as
-    ``WINDOW_COLUMNS`` rows: duration less the main thread's trace writes in it, iterations, and
-    the events of each type that fall in it."""
-    durations = windows[:, 2] - windows[:, 1] - write_time_in(windows, process.events, process.meta["main_tid"])
-    counts = []
-    for times in event_times(process.events):
-        index = np.searchsorted(windows[:, 1], times, side="right") - 1
-        inside = (index >= 0) & (times < windows[np.maximum(index, 0), 2])
-        counts.append(np.bincount(index[inside], minlength=len(windows)))
-    return [[int(w[0]), int(durations[i]), int(w[3]), *(int(c[i]) for c in counts)] for i, w in enumerate(windows)]
 
 
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
@@ -168,7 +132,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     failures: list[str] = []
     if gpu and not any(r["config"] == RESIDUAL for r in runs):
         progress("CUPTI's residual cost per CUDA call (a process of its own, about 10 s)")
-        residual, failure = _measure_residual(output / "runs" / RESIDUAL, timeout_s)
+        residual, failure = measure_residual_run(output / "runs" / RESIDUAL, timeout_s)
         if residual is not None:
             runs.append({"config": RESIDUAL, "repetition": 0, **residual})
         else:
@@ -237,10 +201,8 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 plan = ladder
                 queue = list(ladder)
         rep += 1
-        calibration = _derive(runs)  # saved after every repetition: a run cut off keeps those before it
-        calibration.machine = machine_fingerprint()
-        calibration.command = list(command)
-        calibration.save(output / CALIBRATION_FILE)
+        calibration = derive_calibration(runs, machine_fingerprint(), command)
+        calibration.save(output / CALIBRATION_FILE)  # after every repetition: a run cut off keeps those before it
         uncertainty = calibration.uncertainty_pct
     return calibration, failures
 
@@ -252,7 +214,7 @@ def _earlier_runs(output: Path, command: list[str], gpu: bool) -> tuple[list[dic
     if not path.exists():
         raise RlscopeError(f"--extend: no {CALIBRATION_FILE} in {output}; calibrate there without --extend first")
     earlier = Calibration.load(path)
-    if earlier.command != command:
+    if list(earlier.command) != command:
         raise RlscopeError(f"--extend: {path} calibrated `{' '.join(earlier.command)}`, not `{' '.join(command)}`; "
                            f"extend it with the same command, or calibrate afresh into another --output")
     here = machine_fingerprint()
@@ -265,14 +227,14 @@ def _earlier_runs(output: Path, command: list[str], gpu: bool) -> tuple[list[dic
     return list(earlier.runs), 1 + max((r["repetition"] for r in earlier.runs), default=-1)
 
 
-def _measure_residual(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+def measure_residual_run(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
     """Run ``python -m rlscope.collect.cupti_residual`` in ``run_dir``: its result, or None and
     why it failed (with its log)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, result = run_dir / "log.txt", run_dir / "residual.json"
     with log.open("w") as out:
         try:
-            code = subprocess.run([sys.executable, "-m", "rlscope.collect.cupti_residual", str(result)], stdout=out,
+            code = subprocess.run([sys.executable, "-m", "rlscope.calibrate.residual", str(result)], stdout=out,
                                   stderr=subprocess.STDOUT, timeout=min(timeout_s, RESIDUAL_TIMEOUT_S)).returncode
         except subprocess.TimeoutExpired:
             code = None
@@ -299,41 +261,6 @@ def _wants_more(uncertainty: float | None, plan: list[tuple[str, int]], precisio
     return True
 
 
-def _derive(runs: list[dict[str, Any]]) -> Calibration:
-    alternating = [w for r in runs if r["config"] == WINDOWS for w in r["windows"]]
-    whole = [r for r in runs if r["config"] not in (WINDOWS, STARTUP, PROFILED_STARTUP, RESIDUAL)]
-    costs, ci, blocks = derive_window_costs(alternating) if alternating else ({}, {}, 0)
-    residual, residual_ci = None, None
-    probe = next((r for r in runs if r["config"] == RESIDUAL), None)
-    if probe is not None:
-        costs, ci, residual, residual_ci = add_residual(costs, ci, probe["probes"])
-    reps = len({r["repetition"] for r in runs if r["config"] == WINDOWS})
-    if whole:
-        more, more_ci, reps_whole = derive_costs(whole, known=costs)
-        costs, ci = {**costs, **more}, {**ci, **more_ci}
-        reps = min(reps, reps_whole) if alternating else reps_whole
-    iteration_ns, cpu_events = window_iteration(alternating)  # the machine's speed while calibrating
-    calibration = Calibration(costs_ns=costs, ci95_ns=ci, repetitions=reps, machine={}, command=[], runs=runs,
-                              blocks=blocks, iteration_ns=iteration_ns, cpu_events_per_iteration=cpu_events,
-                              cupti_residual_ns=residual, cupti_residual_ci95_ns=residual_ci)
-    bases = {(r["repetition"], r["pair"]): r for r in runs if r["config"] == STARTUP}
-    paired = [(r, bases[key]) for r in runs if r["config"] in (WINDOWS, PROFILED_STARTUP)
-              and r.get("startup") and (key := (r["repetition"], r["pair"])) in bases]
-    steady = [(r["steady"], speed_factor(calibration, tuple(r["iteration"]) if r["iteration"] else None) or 1.0,
-               base["steady_ns"]) for r, base in paired if r.get("steady") and "steady_ns" in base]
-    if "cuda_api" in costs and steady:
-        calibration.continuous_ns, calibration.continuous_ci95_ns = continuous_cost(steady, costs)
-        if calibration.continuous_ns is not None:
-            costs, ci = add_cuda_api_cost(costs, ci, calibration.continuous_ns, calibration.continuous_ci95_ns)
-    calibration.costs_ns, calibration.ci95_ns = costs, ci
-    calibration.correlation = cost_correlation(alternating) if alternating else {}
-    calibration.uncertainty_pct = (correction_uncertainty_pct(alternating, ci, calibration.correlation)
-                                   if alternating else None)
-    calibration.startup_ns, calibration.startup_ci95_ns = startup_cost(
-        [(r["startup"], base["startup_ns"]) for r, base in paired], costs)
-    return calibration
-
-
 def calibration_cache_dir() -> Path:
     """Where ``cached_calibration`` keeps calibrations: ``$XDG_CACHE_HOME/rlscope/calibration``
     (``~/.cache/...`` by default)."""
@@ -356,7 +283,10 @@ def cached_calibration(identity: list[str], command: Callable[[], list[str]], ca
     directory = (cache_dir or calibration_cache_dir()) / hashlib.sha256(key.encode()).hexdigest()[:16]
     path = directory / CALIBRATION_FILE
     if path.exists():
-        return Calibration.load(path), path
+        try:
+            return Calibration.load(path), path
+        except CalibrationError:
+            pass  # written by another rlscope version: calibrate afresh
     calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
     if failures:
         path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse

@@ -1,0 +1,100 @@
+"""Correction of a breakdown: each cost from its layer, never below zero, with its uncertainty."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+
+import pandas as pd
+
+from rlscope.calibrate.correct import correct_breakdown
+from tests.calibration_helpers import (
+    breakdown_tables,
+    calibration_of,
+)
+
+
+def test_correction_takes_each_cost_from_its_layer_and_never_below_zero():
+    breakdown, transitions = breakdown_tables()
+    out = correct_breakdown(breakdown, transitions, calibration_of(annotation=100, python_call=1000, cuda_api=2500,
+                                                                gpu_activity=1000)).set_index(["operation",
+                                                                                                "resources"])
+    # inference Python: 10000 - 2*100 - 4*1000
+    assert out.loc[("inference", "Python"), "corrected_ns"] == 5_800
+    # inference CUDA API: 2*2500 + 1*1000 = 6000 taken from CPU-only 4000 first, then 2000 from CUDA API+GPU
+    assert out.loc[("inference", "CUDA API"), "corrected_ns"] == 0
+    assert out.loc[("inference", "CUDA API+GPU"), "corrected_ns"] == 1_000
+    assert out.loc[("inference", "GPU"), "corrected_ns"] == 7_000  # GPU time is left as measured
+    assert out.loc[("simulation", "Python"), "corrected_ns"] == 0  # 10 x 1000 > 500: clamped
+    assert (out["corrected_ns"] >= 0).all()
+    assert out["overhead_ns"].sum() == out["time_ns"].sum() - out["corrected_ns"].sum()
+
+
+def test_correction_reports_how_far_the_intervals_move_it():
+    breakdown, transitions = breakdown_tables()
+    calibration = calibration_of(annotation=100, python_call=1000, cuda_api=2500, gpu_activity=1000)
+    calibration = replace(calibration, ci95_ns={"annotation": 10.0, "python_call": 100.0, "cuda_api": 200.0,
+                                                "gpu_activity": None})
+    out = correct_breakdown(breakdown, transitions, calibration, speed=2.0).set_index(["operation", "resources"])
+    # CPU-side half-widths scale with the speed as the costs do: inference 2*10*2 + 4*100*2, simulation 10*100*2
+    assert out.loc[("inference", "Python"), "uncertainty_ns"] == 840
+    assert out.loc[("simulation", "Python"), "uncertainty_ns"] == 2_000
+    assert out.loc[("inference", "CUDA API"), "uncertainty_ns"] == 400  # 2 calls x 200; kernels have no interval
+    assert out["uncertainty_ns"].sum() == 3_240
+
+
+def test_correlated_costs_combine_by_their_correlation_in_an_operations_removal():
+    breakdown, transitions = breakdown_tables()
+    calibration = calibration_of(annotation=100, python_call=1000, cuda_api=2500, gpu_activity=1000)
+    calibration = replace(
+        calibration, ci95_ns={"annotation": 10.0, "python_call": 100.0, "cuda_api": 200.0, "gpu_activity": 300.0},
+        correlation={"cuda_api": {"gpu_activity": -1.0}, "gpu_activity": {"cuda_api": -1.0},
+                     "annotation": {"python_call": 0.0}, "python_call": {"annotation": 0.0}})
+    out = correct_breakdown(breakdown, transitions, calibration).set_index(["operation", "resources"])
+    # inference: 2 CUDA API calls x 200 against 1 kernel x 300, opposite errors: |400 - 300|
+    assert out.loc[("inference", "CUDA API"), "uncertainty_ns"] == 100
+    # independent: sqrt((2 x 10)^2 + (4 x 100)^2)
+    assert out.loc[("inference", "Python"), "uncertainty_ns"] == round((20 ** 2 + 400 ** 2) ** 0.5)
+    assert out.loc[("inference", "Python"), "corrected_ns"] == 10_000 - 2 * 100 - 4 * 1000  # costs unchanged
+
+
+def test_start_up_cost_comes_off_the_iterating_process_outside_operations():
+    breakdown, transitions = breakdown_tables()
+    other = dict(process="p[1]", thread="main", phase="default", operation="(unannotated)", gpu=False)
+    breakdown = pd.concat([breakdown, pd.DataFrame([
+        {**other, "cpu": "Python", "resources": "Python", "time_ns": 3_000},
+        {**other, "cpu": "Backend", "resources": "Backend", "time_ns": 9_000},
+        {**other, "process": "q[2]", "cpu": "Python", "resources": "Python", "time_ns": 9_000},
+    ])], ignore_index=True)
+    calibration = calibration_of(annotation=0.0)
+    calibration = replace(calibration, startup_ns=1_000.0, startup_ci95_ns=300.0)
+    out = correct_breakdown(breakdown, transitions, calibration, speed=2.0, startup_process="p[1]")
+    unannotated = out[out["operation"] == "(unannotated)"].set_index(["process", "cpu"])
+    assert unannotated.loc[("p[1]", "Python"), "corrected_ns"] == 1_000  # 3000 - 2 x 1000 (scaled by speed)
+    assert unannotated.loc[("p[1]", "Python"), "uncertainty_ns"] == 600
+    assert unannotated.loc[("p[1]", "Backend"), "corrected_ns"] == 9_000  # imports' Python time only
+    assert unannotated.loc[("q[2]", "Python"), "corrected_ns"] == 9_000  # not the process that iterates
+    calibration = replace(calibration, startup_ns=1e9)
+    clipped = correct_breakdown(breakdown, transitions, calibration, startup_process="p[1]")
+    assert (clipped["corrected_ns"] >= 0).all()
+    assert correct_breakdown(breakdown, transitions, calibration)["corrected_ns"].equals(
+        correct_breakdown(breakdown, transitions, calibration_of(annotation=0.0))["corrected_ns"])
+
+
+def test_trace_writes_are_removed_whole_and_left_out_of_windows():
+    import numpy as np
+
+    from rlscope.calibrate.spans import write_time_in
+    from rlscope.trace.schema import Kind
+
+    breakdown, transitions = breakdown_tables()
+    keys = dict(process="p[1]", thread="main", phase="default")
+    breakdown = pd.concat([breakdown, pd.DataFrame([{**keys, "operation": "inference", "cpu": "Profiler",
+                                                     "gpu": False, "resources": "Profiler", "time_ns": 2_500}])])
+    out = correct_breakdown(breakdown, transitions, calibration_of()).set_index(["operation", "resources"])
+    assert out.loc[("inference", "Profiler"), "corrected_ns"] == 0
+    assert out.loc[("inference", "Profiler"), "overhead_ns"] == 2_500
+    events = pd.DataFrame({"kind": [int(Kind.PROFILER_WRITE)] * 2 + [int(Kind.CPU_CALL)], "tid": [1, 2, 1],
+                           "start_ns": [90, 150, 100], "end_ns": [130, 160, 200]})
+    spans = np.array([[0, 0, 100, 5], [2, 100, 200, 5]])
+    assert write_time_in(spans, events, tid=1).tolist() == [10, 30]

@@ -1,0 +1,191 @@
+"""`rlscope calibrate` end to end: runs, extension, precision, failures, and the per-machine cache."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import json
+import subprocess
+import sys
+
+import pandas as pd
+import pytest
+
+from rlscope.collect.cupti import gpu_unavailable_reason
+from rlscope.errors import RlscopeError
+from tests.calibration_helpers import (
+    calibration_of,
+)
+
+
+@pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is here: the probe would succeed")
+def test_a_failed_residual_probe_is_reported_with_its_log(tmp_path):
+    from rlscope.calibrate.ladder import measure_residual_run
+
+    result, why = measure_residual_run(tmp_path / "residual", timeout_s=120)  # no GPU or libcupti here
+    assert result is None and "exit code 1" in why and str(tmp_path / "residual" / "log.txt") in why
+    assert "rlscope: " in (tmp_path / "residual" / "log.txt").read_text()
+
+
+@pytest.mark.slow
+def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text(
+        "import math, rlscope\n"
+        "import numpy as np\n"
+        "for i in range(60000):\n"  # ~60 windows of 1 ms per run: blocks to spare on a fast machine
+        "    rlscope.step()\n"
+        "    with rlscope.operation('work'):\n"
+        "        np.zeros(2); math.floor(i / 3)\n")
+    cal_dir = tmp_path / "cal"
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "2",
+                          "--no-gpu", "--window-ms", "1", "--", sys.executable, str(script)], capture_output=True,
+                         text=True, env=cli_env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cal = json.loads((cal_dir / "calibration.json").read_text())
+    assert {r["config"] for r in cal["runs"]} == {"windows", "startup", "startup-profiled"} and cal["blocks"] >= 4
+    assert set(cal["costs_ns"]) == {"annotation", "python_call"} and cal["repetitions"] == 2
+    assert "ns per event" in run.stdout and "blocks of alternating windows" in run.stderr
+    # one uninstrumented start-up per repetition, each ended at its first step, against the windows runs' own
+    startups = [r for r in cal["runs"] if r["config"] == "startup"]
+    assert len(startups) == 6 and all(r["startup_ns"] > 0 for r in startups)
+    profiled = [r for r in cal["runs"] if r["config"] in ("windows", "startup-profiled")]
+    assert sorted((r["repetition"], r["pair"]) for r in profiled) == sorted((r["repetition"], r["pair"])
+                                                                            for r in startups)
+    assert cal["startup_ns"] is not None and cal["startup_ci95_ns"] is not None and "start-up" in run.stdout
+    # per repetition: the windows run and 3 start-up pairs, the first pair's profiled start-up the windows run's
+    assert [p.name for p in sorted((cal_dir / "runs").iterdir())][:6] == [
+        "0-startup", "0-startup-1", "0-startup-2", "0-startup-profiled-1", "0-startup-profiled-2", "0-windows"]
+    assert len(list((cal_dir / "runs").iterdir())) == 12
+
+    trace = tmp_path / "trace"
+    prof = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace), "--no-analyze",
+                           "--", sys.executable, str(script)], capture_output=True, text=True, env=cli_env,
+                          timeout=300)
+    assert prof.returncode == 0, prof.stderr
+    out = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(trace), "--corrected",
+                          "--calibration", str(cal_dir / "calibration.json")], capture_output=True, text=True,
+                         env=cli_env, timeout=300)
+    assert out.returncode == 0, out.stderr
+    assert "time corrected for profiling overhead" in out.stdout
+    assert "(from the costs' 95% intervals)" in out.stdout
+    table = pd.read_csv(trace / "analysis" / "breakdown.csv")
+    assert {"corrected_ns", "overhead_ns"} <= set(table.columns)
+    assert (table["corrected_ns"] >= 0).all() and (table["corrected_ns"] <= table["time_ns"]).all()
+
+    missing = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(trace), "--corrected"],
+                             capture_output=True, text=True, env=cli_env, timeout=300)
+    assert missing.returncode == 2 and "rlscope calibrate" in missing.stderr and "Traceback" not in missing.stderr
+
+
+def test_extend_adds_repetitions_to_a_calibration_and_refuses_another_command(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text("import rlscope\nimport numpy as np\nfor i in range(20000):\n    rlscope.step()\n"
+                      "    with rlscope.operation('work'):\n        np.zeros(2)\n")
+    cal_dir = tmp_path / "cal"
+    base = [sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1", "--no-gpu",
+            "--window-ms", "1", "--startup-pairs", "1"]
+    command = ["--", sys.executable, str(script)]
+
+    def calibrate(*extra: str, cmd: list[str] = command) -> subprocess.CompletedProcess:
+        return subprocess.run(base + list(extra) + cmd, capture_output=True, text=True, env=cli_env, timeout=300)
+
+    missing = calibrate("--extend")
+    assert missing.returncode == 2 and "calibrate there without --extend first" in missing.stderr
+    assert "Traceback" not in missing.stderr
+    first = calibrate()
+    assert first.returncode == 0, first.stderr
+    before = json.loads((cal_dir / "calibration.json").read_text())
+    more = calibrate("--extend")
+    assert more.returncode == 0, more.stderr
+    after = json.loads((cal_dir / "calibration.json").read_text())
+    assert before["repetitions"] == 1 and after["repetitions"] == 2
+    assert after["runs"][:len(before["runs"])] == before["runs"]  # the first repetition's runs, kept as they were
+    assert {r["repetition"] for r in after["runs"][len(before["runs"]):]} == {1}
+    assert {p.name for p in (cal_dir / "runs").iterdir()} == {"0-windows", "0-startup", "1-windows", "1-startup"}
+    assert after["blocks"] > before["blocks"]
+
+    other = calibrate("--extend", cmd=["--", sys.executable, "-c", "pass"])
+    assert other.returncode == 2 and "not `" in other.stderr and "Traceback" not in other.stderr
+    assert json.loads((cal_dir / "calibration.json").read_text()) == after  # nothing already written is lost
+
+
+@pytest.mark.slow
+def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
+    script = tmp_path / "loop.py"
+    script.write_text("import rlscope\nimport numpy as np\nfor i in range(5000):\n    rlscope.step()\n"
+                      "    np.zeros(2); sum(range(500))\n")
+    cal_dir = tmp_path / "cal"
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1",
+                          "--precision", "0.000001", "--no-gpu", "--window-ms", "1", "--startup-pairs", "0", "--",
+                          sys.executable, str(script)], capture_output=True, text=True, env=cli_env, timeout=300)
+    assert run.returncode == 0, run.stderr
+    cal = json.loads((cal_dir / "calibration.json").read_text())
+    assert cal["repetitions"] == 4  # 1 asked for, 3 added, then the cap
+    assert [r["config"] for r in cal["runs"]] == ["windows"] * 4  # --startup-pairs 0: no start-up runs
+    assert cal["startup_ns"] is None and "start-up" not in run.stdout
+    assert "one more run" in run.stderr and "above --precision 1e-06%; stopping there" in run.stderr
+    assert cal["uncertainty_pct"] > 0 and "a corrected iteration is uncertain to" in run.stderr
+
+
+def test_failed_calibration_run_is_reported_and_others_kept(tmp_path, cli_env):
+    script = tmp_path / "flaky.py"
+    script.write_text("import os, sys\nsys.exit(3 if os.environ.get('RLSCOPE_WALL_ONLY') else 0)\n")
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path / "cal"),
+                          "-r", "1", "--no-gpu", "--", sys.executable, str(script)], capture_output=True, text=True,
+                         env=cli_env, timeout=300)
+    assert run.returncode != 0
+    assert "uninstrumented: exit code 3" in run.stderr and "log.txt" in run.stderr
+    assert "calibrating with whole runs" in run.stderr  # no rlscope.step(): nothing to alternate on
+    assert (tmp_path / "cal" / "runs" / "0-annotations" / "log.txt").exists()
+
+
+def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
+    run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path), "--window-ms",
+                          "0", "--", sys.executable, "train.py"], capture_output=True, text=True, env=cli_env,
+                         timeout=120)
+    assert run.returncode == 2
+    assert "--window-ms" in run.stderr and "Traceback" not in run.stderr
+    pairs = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(tmp_path),
+                            "--startup-pairs", "-1", "--", sys.executable, "train.py"], capture_output=True, text=True,
+                           env=cli_env, timeout=120)
+    assert pairs.returncode == 2 and "--startup-pairs" in pairs.stderr and "Traceback" not in pairs.stderr
+
+
+def test_a_cached_calibration_is_made_once_per_command_and_machine(tmp_path, monkeypatch):
+    import rlscope.calibrate.ladder as calibrate_module
+
+    made = []
+
+    def fake_calibrate(command, output, progress=None, **options):
+        made.append(command)
+        calibration = replace(calibration_of(python_call=1000.0), command=tuple(command))
+        output.mkdir(parents=True, exist_ok=True)
+        calibration.save(output / "calibration.json")
+        return calibration, []
+
+    monkeypatch.setattr(calibrate_module, "calibrate", fake_calibrate)
+    def sized(n):
+        return lambda: ["python", "loop.py", "--iterations", str(n)]
+
+    first, path = calibrate_module.cached_calibration(["python", "loop.py"], sized(100), tmp_path, startup_pairs=0)
+    again, same = calibrate_module.cached_calibration(["python", "loop.py"], sized(300), tmp_path, startup_pairs=0)
+    assert made == [["python", "loop.py", "--iterations", "100"]]  # another length, same workload: reused
+    assert same == path and again.costs_ns == first.costs_ns == {"python_call": 1000.0}
+    calibrate_module.cached_calibration(["python", "other.py"], sized(100), tmp_path, startup_pairs=0)
+    calibrate_module.cached_calibration(["python", "loop.py"], sized(100), tmp_path, startup_pairs=1)  # other options
+    assert len(made) == 3 and len(list(tmp_path.iterdir())) == 3
+
+
+def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
+    import rlscope.calibrate.ladder as calibrate_module
+
+    def failing(command, output, progress=None, **options):
+        output.mkdir(parents=True, exist_ok=True)
+        calibration_of(python_call=1.0).save(output / "calibration.json")
+        return calibration_of(python_call=1.0), ["repetition 1, windows: exit 1 (see log.txt)"]
+
+    monkeypatch.setattr(calibrate_module, "calibrate", failing)
+    with pytest.raises(RlscopeError, match="calibration runs failed: repetition 1"):
+        calibrate_module.cached_calibration(["python", "loop.py"], lambda: ["python", "loop.py"], tmp_path)
+    assert not list(tmp_path.glob("*/calibration.json"))
