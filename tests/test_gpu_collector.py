@@ -280,3 +280,30 @@ def test_utilisation_csv_is_read(tmp_path):
     proc_dir = _write_trace(tmp_path, rows, "cudaLaunchKernel\n", "time_ns,device,gpu_util_pct,sm_util_pct\n5,0,1,\n")
     util = read_process(proc_dir).utilisation
     assert isinstance(util, pd.DataFrame) and util["gpu_util_pct"].tolist() == [1]
+
+
+@pytest.mark.parametrize("module", ["_cupti", "_hotpath", "_cartpole_cpu"])
+def test_each_native_modules_stub_names_what_it_has(module):
+    """The ``.pyi`` beside a native module lists exactly its public functions and classes (and their methods)."""
+    import ast
+    import importlib
+
+    native = pytest.importorskip(f"rlscope.{module}")
+    stub = ast.parse((Path(rlscope.__file__).parent / f"{module}.pyi").read_text())
+    declared = {node.name: node for node in stub.body
+                if isinstance(node, (ast.FunctionDef, ast.ClassDef)) and not node.name.startswith("_")}
+    public = {name for name in dir(importlib.import_module(f"rlscope.{module}")) if not name.startswith("_")}
+    assert set(declared) == public
+    classes = {node.name: node for node in stub.body if isinstance(node, ast.ClassDef)}
+
+    def members(node: ast.ClassDef) -> set[str]:  # its own and its stub bases' (attributes too)
+        own = {m.name for m in node.body if isinstance(m, ast.FunctionDef)}
+        own |= {m.target.id for m in node.body if isinstance(m, ast.AnnAssign)}
+        for base in node.bases:
+            if isinstance(base, ast.Name) and base.id in classes:
+                own |= members(classes[base.id])
+        return {m for m in own if not m.startswith("_")}
+
+    for name, node in declared.items():
+        if isinstance(node, ast.ClassDef):
+            assert members(node) == {m for m in dir(getattr(native, name)) if not m.startswith("_")}, name

@@ -208,3 +208,54 @@ def test_calibration_with_a_gpu_runs_its_later_start_up_pairs_whole(tmp_path):
     assert windows_only.continuous_ns is None
     assert calibration.costs_ns["cuda_api"] == pytest.approx(windows_only.costs_ns["cuda_api"]
                                                              + calibration.continuous_ns)
+
+
+_TORCH_CROSSCHECK = """
+import contextlib, json, sys
+import torch, rlscope
+from rlscope.trace.reader import read_trace
+from rlscope.trace.schema import Kind
+from torch.profiler import ProfilerActivity, profile
+
+def train(steps, annotate):
+    torch.manual_seed(0)
+    model = torch.nn.Sequential(torch.nn.Linear(64, 256), torch.nn.ReLU(), torch.nn.Linear(256, 4)).cuda()
+    opt = torch.optim.Adam(model.parameters(), lr=1e-3)
+    x, y = torch.randn(512, 64, device="cuda"), torch.randn(512, 4, device="cuda")
+    for _ in range(steps):
+        rlscope.step()
+        with rlscope.operation("forward") if annotate else contextlib.nullcontext():
+            loss = ((model(x) - y) ** 2).mean()
+        opt.zero_grad(); loss.backward(); opt.step()
+    torch.cuda.synchronize()
+
+train(10, False)  # warm-up: cuBLAS handles, lazy module loading
+with rlscope.profile(sys.argv[1], process="mlp"):
+    train(30, True)
+(proc,) = read_trace(sys.argv[1])
+kernels = proc.events[proc.events["kind"] == int(Kind.GPU_KERNEL)]
+with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # after: it keeps CUPTI
+    train(30, False)
+prof.export_chrome_trace(sys.argv[2])
+theirs = [e for e in json.load(open(sys.argv[2]))["traceEvents"] if e.get("cat") == "kernel"]
+print(json.dumps({"ours": len(kernels), "ours_ns": int((kernels["end_ns"] - kernels["start_ns"]).sum()),
+                  "theirs": len(theirs), "theirs_ns": sum(float(e["dur"]) for e in theirs) * 1e3}))
+"""
+
+
+def test_kernel_counts_and_times_agree_with_torch_profiler(tmp_path):
+    """The same training loop under rlscope and then torch.profiler (one process: torch.profiler
+    keeps CUPTI once it has run, so it goes second): equal kernel counts, kernel time within 1%
+    on the kernels' own durations (the same kernels, timed by the same CUPTI activity records)."""
+    import subprocess
+    import sys
+
+    pytest.importorskip("torch")
+    script = tmp_path / "crosscheck.py"
+    script.write_text(_TORCH_CROSSCHECK)
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "trace"), str(tmp_path / "torch.json")],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["ours"] == result["theirs"] > 0
+    assert abs(result["ours_ns"] - result["theirs_ns"]) <= 0.01 * result["theirs_ns"]

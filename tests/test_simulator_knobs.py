@@ -87,9 +87,8 @@ def test_simulate_runs_episodes_to_their_end(name: str) -> None:
     for _ in range(6):
         backend.simulate(100)
     backend.synchronize()
-    if hasattr(backend, "episodes_finished"):
-        # Random actions end an episode in ~20 steps, so far more than N episodes end.
-        assert backend.episodes_finished() > 10 * N
+    # Random actions end an episode in ~20 steps, so far more than N episodes end.
+    assert backend.episodes_finished() > 10 * N
 
 
 @pytest.mark.gpu

@@ -67,6 +67,7 @@ class CartPoleBackend(abc.ABC):
         self.seed = seed
         self.device = device
         self._action_rng = np.random.default_rng(seed)  # random actions of the default simulate()
+        self._episodes = 0  # episodes the default simulate() saw end
 
     @abc.abstractmethod
     def reset(self, seed: int | None = None) -> Any:
@@ -108,10 +109,16 @@ class CartPoleBackend(abc.ABC):
     def simulate(self, fused_steps: int) -> None:
         """Advance ``fused_steps`` steps with uniformly random actions (simulation only).
 
-        The default steps from Python; backends that fuse or batch the K steps override it.
+        The default steps from Python; backends that fuse or batch the K steps override it
+        (and ``episodes_finished`` with it).
         """
         for _ in range(fused_steps):
-            self.step(self._action_rng.integers(0, 2, self.num_envs))
+            done = self.step(self._action_rng.integers(0, 2, self.num_envs))
+            self._episodes += int(np.count_nonzero(np.asarray(done.terminated) | np.asarray(done.truncated)))
+
+    def episodes_finished(self) -> int:
+        """Episodes that ended during ``simulate`` since the backend was made."""
+        return self._episodes
 
 
 BACKENDS: dict[str, type[CartPoleBackend]] = {}

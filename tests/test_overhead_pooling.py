@@ -1,14 +1,9 @@
-"""bench/pooled_pairs.py: which pairs a results row gives, and what pooling them says."""
-
-import importlib.util
-from pathlib import Path
+"""Pooling whole-run pairs: which pairs a results row gives, and what pooling them says."""
 
 import pandas as pd
 import pytest
 
-_SPEC = importlib.util.spec_from_file_location("pooled_pairs", Path(__file__).parents[1] / "bench" / "pooled_pairs.py")
-pooled_pairs = importlib.util.module_from_spec(_SPEC)
-_SPEC.loader.exec_module(pooled_pairs)
+from experiments.overhead import pooling as pooled_pairs
 
 
 def test_a_row_gives_its_listed_pairs_or_those_its_range_fixes():

@@ -1,0 +1,124 @@
+// rlscope._cupti: GPU activity collector on the CUPTI Activity API (Python bindings).
+//
+// libcupti is opened at run time (dlopen), so this module builds wherever the CUDA headers
+// are found and imports on machines without CUDA; Python decides whether a GPU is there.
+//
+// Data path, none of it under the GIL: CUPTI hands filled activity buffers to its worker
+// thread -> buffer_completed() decodes each record into int64 rows laid out like
+// rlscope.trace.schema.ROW_FIELDS -> full chunks are written with write(2) to
+// <trace>/gpu.rows (raw N x 9 int64), new names appended to <trace>/gpu.names. The Python
+// reader joins them with the process's events. Timestamps come from CLOCK_MONOTONIC through
+// cuptiActivityRegisterTimestampCallback: the clock of time.perf_counter_ns and of the
+// CPU-side collectors, so no conversion is needed later.
+//
+// Attribution: rlscope.operation() enter/exit push/pop a CUPTI external correlation id (the
+// operation's trace symbol id) through the hooks this module exports as a capsule; CUPTI
+// then emits an EXTERNAL_CORRELATION record for every API call made inside the operation.
+//
+// Letting go: once CUPTI has recorded in a process, the process stays slower after every
+// activity kind is disabled and the subscriber is gone; only cuptiFinalize gives its speed back.
+// CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping a session only asks
+// for it: the subscriber's callback detaches at the next API exit on any thread, and a session
+// started before then keeps CUPTI attached (attachment.hpp).
+//
+// Layout: loader.hpp (libcupti and its entry points), attachment.hpp (subscribing, detaching,
+// correlation hooks), tracer.hpp (the Tracer), decode.hpp (activity records -> rows),
+// call_probe.hpp (timed CUDA calls), this file (the Python bindings).
+#include <nanobind/nanobind.h>
+#include <nanobind/ndarray.h>
+#include <nanobind/stl/string.h>
+#include <nanobind/stl/vector.h>
+
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "call_probe.hpp"
+#include "decode.hpp"
+
+namespace nb = nanobind;
+using namespace nb::literals;
+using namespace rlscope::cupti;
+
+#include "loader.hpp"
+#include "attachment.hpp"
+#include "tracer.hpp"
+
+namespace {
+
+CallProbe g_probe;  // rlscope.calibrate.residual's timed CUDA calls
+
+nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> to_array(std::vector<int64_t> &&rows) {
+    auto *data = new std::vector<int64_t>(std::move(rows));
+    nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
+    return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
+}
+
+}  // namespace
+
+NB_MODULE(_cupti, m) {
+    m.doc() = "CUPTI activity collector (libcupti loaded at run time)";
+    m.def("load", &load, "candidates"_a,
+          "Open libcupti (reusing a copy already loaded in the process); returns the path in use.");
+    m.def("loaded", []() { return g_api.handle != nullptr; });
+    m.def("version", []() {
+        require_loaded();
+        uint32_t v = 0;
+        g_api.GetVersion(&v);
+        return v;
+    }, "CUPTI API version of the loaded libcupti.");
+    m.def("timestamp", []() {
+        require_loaded();
+        uint64_t t = 0;
+        g_api.GetTimestamp(&t);
+        return t;
+    }, "CUPTI's current timestamp (CLOCK_MONOTONIC ns once a tracer registered its clock).");
+    m.def("decode", [](const std::vector<nb::bytes> &buffers, const std::vector<std::string> &kernel_names) {
+        require_loaded();
+        Decoder decoder(g_api.GetNextRecord, g_api.GetCallbackName);
+        decoder.kernel_names = &kernel_names;
+        std::vector<int64_t> rows;
+        for (const nb::bytes &buffer : buffers) {  // CUPTI iterates in place: decode a private copy
+            const auto *data = reinterpret_cast<const uint8_t *>(buffer.c_str());
+            std::vector<uint8_t> copy(data, data + buffer.size());
+            decoder.decode(copy.data(), copy.size(), rows);
+        }
+        nb::dict stats;
+        stats["records"] = decoder.stats.records;
+        stats["incomplete"] = decoder.stats.incomplete;
+        stats["other_kinds"] = decoder.stats.other;
+        return nb::make_tuple(to_array(std::move(rows)), decoder.names.names(), stats);
+    }, "buffers"_a, "kernel_names"_a,
+          "Decode recorded activity buffers in order, as the live tracer did: (N x 9 int64 rows, names, stats).\n"
+          "Kernel names come from ``kernel_names`` (the recording's pointers are meaningless here).");
+    m.def("probe_open", [](const std::vector<std::string> &cudart_candidates) {
+        g_probe.open(cudart_candidates);
+        return g_probe.runtime_path();
+    }, "cudart_candidates"_a,
+          "Make the first GPU's primary context current and prepare the timed calls; returns the libcudart\n"
+          "path whose stream query is timed too (empty: none found).");
+    m.def("probe_calls", [](size_t calls) {
+        std::vector<std::pair<std::string, double>> times;
+        {
+            nb::gil_scoped_release unlocked;
+            times = g_probe.time(calls);
+        }
+        nb::dict out;
+        for (const auto &[name, ns] : times) out[name.c_str()] = ns;
+        return out;
+    }, "calls"_a,
+          "Nanoseconds per call of cuStreamQuery, cuLaunchKernel (an empty kernel) and cudaStreamQuery (if\n"
+          "found), each timed over ``calls`` calls in a tight loop.");
+    nb::class_<Tracer>(m, "Tracer")
+        .def(nb::init<std::string, std::string, size_t, size_t, std::string>(), "rows_path"_a, "names_path"_a,
+             "chunk_rows"_a = 1 << 16, "buffer_bytes"_a = 8 << 20, "dump_dir"_a = "")
+        .def("start", &Tracer::start, "runtime"_a = true, "driver"_a = true, "gpu"_a = true, "sync"_a = false,
+             "untraced_apis"_a = std::vector<std::string>())
+        .def("record", &Tracer::record, "api"_a, "gpu"_a,
+             "Stop or resume recording CUDA API calls and GPU activities (calibration's windows).")
+        .def("stop", &Tracer::stop)
+        .def("abandon", &Tracer::abandon)
+        .def("stats", &Tracer::stats)
+        .def("hooks", &Tracer::hooks, "Capsule of the external-correlation push/pop functions.");
+}
+
