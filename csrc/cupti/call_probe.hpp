@@ -1,8 +1,7 @@
-// Timing cheap CUDA calls in tight loops, for rlscope.collect.cupti_residual.
+// Timing cheap CUDA calls in tight loops, for rlscope.calibrate.residual.
 //
 // Why: once CUPTI has recorded API calls in a process, every later CUDA call there costs more,
-// recorded or not, until cuptiFinalize (SB3 PPO on CUDA on the H100: a runtime stream query
-// +0.9 us, a driver one +0.3-0.6 us). Calibration's unprofiled windows follow a recording, so
+// recorded or not, until cuptiFinalize. Calibration's unprofiled windows follow a recording, so
 // their differences cannot contain that cost; a dedicated process that detaches between
 // probes can measure it. libcuda (and libcudart, where found) are opened at run time, like
 // libcupti, so the module still imports on machines without CUDA.

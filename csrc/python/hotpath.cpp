@@ -320,9 +320,9 @@ private:
     const CorrelationHooks *hooks_ = nullptr;
 };
 
-// What rlscope.step() reports to, kept natively so that a step is one call into C. As a Python
-// function it was two frames that a 3.11 profile function sees: about 0.5 us per step under
-// profiling against ~0.05 us unprofiled, 5% of a 10 us iteration that correction did not remove.
+// What rlscope.step() reports to, kept natively so that a step is one call into C: as Python
+// frames a 3.11 profile function would see it, and it would cost ten times more under profiling
+// than without, a cost no calibration event accounts for.
 struct Stepper {
     nb::object owner;       // the Operations object the iterations are recorded in, or None
     Operations *ops = nullptr;

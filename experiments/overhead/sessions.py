@@ -3,9 +3,8 @@
 Alternating windows (``rlscope.collect.windows``) switch what rlscope *records*, so whatever a
 session costs while recording nothing (CUPTI attached, the NVML sampler's thread, the
 collectors installed) is in both kinds of window and measured by neither. Comparing whole
-processes catches it, but identical processes on a shared or virtualised host differ by 2.5-37%
-(on the lent H100 a CUDA launch takes ~6 or ~9 us depending on a host state that outlasts a
-process), far more than the ±5% the correction is held to.
+processes catches it, but identical processes on a shared or virtualised host differ by more
+than the ±5% the correction is held to.
 
 Here one process runs its loop in segments, each of about ``segment_ms``, in palindromic
 order ``unprofiled, profiled, profiled, unprofiled, ...``. A profiled segment runs inside its

@@ -83,16 +83,16 @@ def derive_costs(runs: list[dict[str, Any]], known: dict[str, float] | None = No
     return means, ci, min(len(v) for v in per_rep.values())
 
 
-# The residual probe (``rlscope.collect.cupti_residual``) whose cost is added to each recorded CUDA
-# API call: kernel launches are most of the outermost API calls of RL workloads, PyTorch's and
-# XLA's alike, and on the H100 a launch kept +0.7-1.0 µs after recording, a stream query +0.2-0.4 µs.
+# The residual probe (``rlscope.calibrate.residual``) whose cost is added to each recorded CUDA API
+# call: kernel launches are most of the outermost API calls of RL workloads, PyTorch's and XLA's
+# alike, and a launch keeps more of a residual than a stream query does.
 RESIDUAL_PROBE = "driver_launch"
 
 
 def add_residual(costs: dict[str, float], ci: dict[str, float | None], probes: dict[str, dict[str, Any]]
                  ) -> tuple[dict[str, float], dict[str, float | None], float | None, float | None]:
     """The window costs with what CUPTI's recording leaves on every later CUDA call added to the
-    CUDA API cost (``RESIDUAL_PROBE`` of ``probes``, as ``rlscope.collect.cupti_residual``
+    CUDA API cost (``RESIDUAL_PROBE`` of ``probes``, as ``rlscope.calibrate.residual``
     measures them), its half-width combined with the window cost's as independent errors; also
     the residual and its half-width (None, None where the probe is missing).
 
@@ -139,11 +139,9 @@ def continuous_cost(pairs: list[tuple[dict[str, Any], float, float]], costs_ns: 
     (None, None) where no pair recorded a CUDA API call.
 
     Why: alternating windows see what a layer costs while it is switched on for a few
-    iterations. A process that records with CUPTI throughout paid more on the H100: SB3 PPO on
-    CUDA's whole profiled runs ran 43% over uninstrumented ones where the windows accounted for
-    19% (docs/results/overhead.md). Whole runs of the same command, one beside the other,
-    measure it as it is paid; it is put on the CUDA API calls because only runs that record
-    them pay it (the CPU workloads' corrected runs meet ±5% without it)."""
+    iterations; a process that records with CUPTI throughout can pay more than that. Whole runs
+    of the same command, one beside the other, measure it as it is paid; it is put on the CUDA
+    API calls because only runs that record them pay it."""
     values = []
     for steady, speed, base in pairs:
         calls = steady["events"].get("cuda_api", 0)

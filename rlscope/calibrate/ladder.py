@@ -1,25 +1,25 @@
-"""`rlscope calibrate`: run a workload under each instrumentation configuration and derive what
-each recorded event costs (``rlscope.analyze.calibration``).
+"""`rlscope calibrate`: run a workload with rlscope's layers switched on and off, and derive
+what each recorded event costs (``rlscope.calibrate.estimate``).
 
-Per repetition: one run that alternates the layers in windows of a few milliseconds
-(``rlscope.collect.windows``): annotations and transitions, and where a GPU is, CUDA API and
-GPU activity recording; and pairs of start-ups (``startup_cost``): an uninstrumented run ended
-at its first ``rlscope.step()`` against a profiled one, the first pair's profiled start-up being
-the alternating run's own (it is profiled throughout up to its first step), the others' runs
-that are profiled and end at their first step. The order alternates between repetitions. Where
-a GPU is traced, once per calibration, what CUPTI's recording leaves on every later CUDA call
-(``rlscope.collect.cupti_residual``, a process of its own): the windows' CUDA API cost lacks
-it, since their unprofiled windows pay it too. Where a GPU is traced, the start-up pairs after
-the first run whole (the uninstrumented one and a profiled one), which also measures what a
-continuously profiled run pays per CUDA API call beyond the windows' costs (``continuous_cost``).
-A
-workload that never calls ``rlscope.step()`` has no iterations to alternate on: it is
-calibrated with whole runs of every configuration instead.
+Per repetition:
+
+- one run that alternates the layers in windows of a few milliseconds
+  (``rlscope.collect.windows``): annotations and transitions, and where a GPU is, CUDA API and
+  GPU activity recording;
+- pairs of start-ups (``startup_cost``): an uninstrumented run ended at its first
+  ``rlscope.step()`` against a profiled one (the first pair's profiled start-up is the
+  alternating run's own). Where a GPU is traced, the pairs after the first run whole, which also
+  measures what a continuously profiled run pays per CUDA API call (``continuous_cost``).
+
+The order alternates between repetitions, so slow drift of the machine touches every kind of
+run alike. Where a GPU is traced, once per calibration, the CUPTI residual probe
+(``rlscope.calibrate.residual``, a process of its own). A workload that never calls
+``rlscope.step()`` has no iterations to alternate on: it is calibrated with whole runs of every
+configuration instead.
 
 Layout: ``OUTPUT/calibration.json`` and ``OUTPUT/runs/<repetition>-<config>/`` (each a trace
-directory with ``log.txt``). Configurations are interleaved within each repetition so that slow
-drift of the machine touches all of them alike. A run that fails or times out is reported with
-its log; the others are kept and used.
+directory with ``log.txt``). A run that fails or times out is reported with its log; the others
+are kept and used.
 """
 
 from __future__ import annotations

@@ -1,13 +1,11 @@
 """What recording with CUPTI leaves on every later CUDA call of a process, measured per call.
 
 Once CUPTI has recorded API calls in a process, each CUDA call there costs more, recorded or
-not, until ``cuptiFinalize`` detaches CUPTI (on the H100, SB3 PPO on CUDA: a runtime stream
-query +0.9 µs, a driver one +0.3-0.6 µs, against the same process before it recorded;
-``bench/ppo_cuda_process_states.py``). Calibration's unprofiled windows all follow a
+not, until ``cuptiFinalize`` detaches CUPTI. Calibration's unprofiled windows all follow a
 recording, so the CUDA API cost it measures between windows lacks that part, while a profiled
-process against an uninstrumented one pays it on every call: corrected PPO-on-CUDA runs read
-5-10% high. Detaching between windows would remove it, but detaching and attaching again
-hundreds of times crashed JAX processes, whose XLA threads call CUDA on their own.
+process against an uninstrumented one pays it on every call. Detaching between windows would
+remove it, but detaching and attaching again hundreds of times can crash processes whose other
+threads call CUDA on their own (XLA's).
 
 So it is measured here, in a process of rlscope's own with one thread: cheap CUDA calls timed
 in tight loops, alternately with CUPTI detached and right after a recording (every activity

@@ -23,9 +23,8 @@ SHAPE_TOLERANCE = 0.1
 
 
 # Beyond this ratio (either way) iterations are not the same work either, whatever their events:
-# identical processes on a shared machine differed by up to 1.6x, while a short run's warm-up
-# iterations (the torch data-collection loop's first 5 take 16 ms, later ones 0.2 ms) would
-# scale the CPU-side costs 30-fold.
+# a shared machine's speed moves by less than this between processes, while a short run's warm-up
+# iterations (JIT, allocation) can be tens of times slower than later ones.
 SPEED_LIMIT = 2.0
 
 
@@ -49,11 +48,9 @@ def speed_factor(calibration: Calibration, iteration: tuple[float, float] | None
     windows, where they are the same work (CPU-side events per iteration within
     ``SHAPE_TOLERANCE``, time within ``SPEED_LIMIT``); None where they cannot be compared.
 
-    Why: an intercepted call costs interpreter time, so its cost moves with the machine's speed;
-    across calibration processes on a shared machine both moved by up to 1.6x. Scaling the
-    CPU-side costs by the iteration time (rather than by the durations of the native calls, as
-    before) halved the spread of the windowed correction for gym_numpy on this 2-core machine
-    (docs/results/overhead.md)."""
+    Why: an intercepted call costs interpreter time, so its cost moves with the machine's speed,
+    and on a shared machine that speed differs between processes. The iteration time, where the
+    work per iteration is the same, is the steadiest measure of it."""
     if iteration is None or calibration.iteration_ns <= 0 or iteration[0] <= 0:
         return None
     reference = calibration.cpu_events_per_iteration

@@ -27,8 +27,8 @@ def median_ci95(values: list[float]) -> tuple[float, float | None]:
     order statistics that binomial tails of 2.5% give; None for fewer than 6 values).
 
     Why the median: on a shared machine a window now and then loses milliseconds to another
-    process, and such outliers set the mean of 20-200 blocks off by more than the cost's own
-    spread (gym_numpy: the per-call cost's mean moved by 29% between runs, its median by 4%)."""
+    process, and such outliers set the mean of a few hundred blocks off by more than the cost's
+    own spread; the median ignores them."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
     median = float(np.median(ordered))

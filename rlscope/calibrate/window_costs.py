@@ -112,10 +112,9 @@ def cost_correlation(runs: list[list[list[float]]]) -> dict[str, dict[str, float
     bootstrap resamples of whole blocks (each block gives every cost at once), event -> event ->
     coefficient. Empty with fewer than 6 blocks.
 
-    Why: adding the costs' intervals, as calibration did until 2026-11-23, assumes they all err
-    the same way at once. Over resampled blocks they are nearly independent (SB3 PPO on CUDA:
-    -0.05 to -0.36), adjacent layers' costs sharing one level's time with opposite signs; so a
-    90-block calibration of PPO on CUDA is uncertain to ±5.2% of an iteration, not ±11.8%."""
+    Why: adding the costs' intervals assumes they all err the same way at once. Over resampled
+    blocks they are nearly independent or anti-correlated (adjacent layers' costs share one
+    level's time with opposite signs), so added intervals would overstate the uncertainty."""
     blocks = [block for windows in runs for block in window_blocks(windows)]
     events = sorted(_switched_events(runs))
     if len(blocks) < 6 or len(events) < 2:

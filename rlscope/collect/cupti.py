@@ -186,9 +186,9 @@ class GpuCollector:
 
     def stop(self) -> dict[str, Any]:
         """Flush CUPTI, write the last rows and let go of CUPTI: it is detached from the process at
-        the next CUDA API exit, so the process runs as fast as before it was profiled (only
-        disabling and unsubscribing left SB3 PPO on CUDA ~15-20% slower on the H100). Returns the
-        collector's meta entry."""
+        the next CUDA API exit, so the process runs as fast as before it was profiled (disabling
+        and unsubscribing alone leave every later CUDA call slower). Returns the collector's meta
+        entry."""
         if self._tracer is not None:
             self._ops.set_correlation_hooks(None)
             self.meta.update(self._tracer.stop())

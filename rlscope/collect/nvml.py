@@ -14,9 +14,8 @@ GPU is mostly idle.
 The thread wakes every ``interval_s`` (2 s) and fetches every utilisation sample the driver took
 since the last wake (``nvmlDeviceGetSamples``), each with its own time, instead of asking for the
 current value ten times a second. Why: the sampler runs throughout a profiled process, so
-whatever it does to the workload is in every calibration window and measured by none; and on
-the H100 host a thread polling NVML every 100 ms moved a CUDA launch-and-synchronise loop by
--9% to +6% between runs (``bench/nvml_sampler.py``, docs/results/overhead.md). Twenty times
+whatever it does to the workload is in every calibration window and measured by none; a thread
+polling NVML ten times a second visibly moves a CUDA launch-and-synchronise loop. Twenty times
 fewer wake-ups leave less of that, and the driver's samples come at its own rate. GPM's SM
 utilisation is a difference of two snapshots, so it comes per wake.
 """

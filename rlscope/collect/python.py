@@ -275,8 +275,8 @@ class TransitionCollector:
     def switch_leaves_cost(self) -> bool:
         """Whether taking the hooks out or putting them back costs the code that runs next: on
         Python 3.12+ every change of a tool's events makes CPython re-instrument each code object
-        when it next runs, and putting CALL back re-arms the call sites returned ``DISABLE``
-        (``bench/monitoring_switch.py``); 3.11's profile function is swapped at no such cost."""
+        when it next runs, and putting CALL back re-arms the call sites returned ``DISABLE``;
+        3.11's profile function is swapped at no such cost."""
         return self._tool_id is not None
 
     def suspend(self) -> None:

@@ -18,20 +18,17 @@ switched to, or hide cost from the level below. The window after such a switch o
 runs at the new level but is not recorded, and the next one is. Two switches do this:
 
 - on Python 3.12+, the transition collector's hooks: the code that runs next is re-instrumented
-  and its disabled call sites re-armed (+1-4 ms on a 50-70 ms SB3 PPO iteration);
-- CUPTI's recording: on the H100, PPO on CUDA's first two iterations after it is switched off
-  run 4-8% slower than later ones. Timed, they lowered calibration's total for that workload to
-  +16% of an iteration against +26% with them left to settle and +25-27% between iterations
-  far from any switch (``bench/ppo_cuda_process_states.py``, states K, S and A).
+  and its disabled call sites re-armed;
+- CUPTI's recording: the first iterations after it is switched off run slower than later ones,
+  which would take that time off the CUDA API cost.
 
 The GPU layers are switched only where the process traces its GPU; elsewhere the top two levels
 equal ``transitions``. Below ``cuda_api`` CUPTI records nothing but stays attached. A process
 that has recorded with CUPTI stays slower until it is detached (``cuptiFinalize``), so windows
-that all follow a recording carry that cost at every level and measure it at none (SB3 PPO on
-CUDA on the H100: its corrected whole runs read +5-10% high). Detaching below ``cuda_api``
-measured it, but at hundreds of detaches a run it crashed the JAX loop, whose XLA threads
-were inside CUDA at the time, in 2 of 15 windows runs; a profiler must not do that. That cost is
-measured per CUDA call in a process of rlscope's own instead (``rlscope.collect.cupti_residual``)
+that all follow a recording carry that cost at every level and measure it at none. Detaching
+between windows would measure it, but detaching hundreds of times a run can crash a process
+whose other threads are inside CUDA at the time (XLA's); a profiler must not do that. That cost
+is measured per CUDA call in a process of rlscope's own instead (``rlscope.calibrate.residual``)
 and added to the CUDA API cost the windows give.
 
 The configurations follow a palindrome (``off, annotations, transitions, transitions,
@@ -81,7 +78,7 @@ class AlternatingWindows:
     the iterations and calls ``on_window`` once a window has lasted ``window_ms``, so a step
     costs the same in every window and the switching itself falls in none."""
 
-    settle_after_gpu_switch = True  # bench/ppo_cuda_process_states.py turns it off to compare
+    settle_after_gpu_switch = True  # leave out the window after a CUPTI switch (its cost is the switch's)
 
     def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
         self.session = session
