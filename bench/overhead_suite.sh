@@ -10,7 +10,7 @@ WORKLOADS=${WORKLOADS:-gym_numpy sb3_a2c sb3_ppo_cuda jax_loop}
 PY=${PY:-python3}
 mkdir -p "$OUT"
 export PYTHONUNBUFFERED=1 XLA_PYTHON_CLIENT_PREALLOCATE=false
-$PY -m pytest -q tests/test_windows.py tests/test_calibration.py tests/test_python_collector.py tests/test_gpu_collector_gpu.py 2>&1 \
+$PY -m pytest -q tests/test_windows.py tests/test_calibrate_*.py tests/test_python_collector.py tests/test_gpu_collector_gpu.py 2>&1 \
   | tail -15 | tee "$OUT/tests.txt"
 list=$(echo "$WORKLOADS" | sed 's/ /, /g')
 manifest="$OUT/overhead_correction.yaml"

@@ -1,6 +1,7 @@
 """Every whole-run pair of several overhead validations, pooled per workload: how many, their
 median with a bootstrap 95% interval (validations resampled, then their pairs), and how many
-lie within ±5% (``experiments/overhead/pooling.py``):
+lie within ±5% (``experiments/overhead/pooling.py``); then the in-process checks' range per
+workload (alternating windows and sessions, one value per validation):
 
     python bench/pooled_pairs.py docs/results/overhead/h100_full_budget*.csv
 """
@@ -35,6 +36,14 @@ def main() -> None:
             print(f"{workload}: {p['pairs']} pairs from {p['validations']} validations, median {p['median']:+.1f} "
                   f"(95% interval {p['low']:+.1f}..{p['high']:+.1f}: {verdict(p)}), {p['within']} pairs within"
                   + (f"; {unknown} validations' pairs unknown" if unknown else ""))
+    print(f"# in-process checks: corrected error per validation (percent; target ±{TARGET_PCT:g})")
+    for workload, rows in frame.groupby("workload"):
+        for column, title in (("window_corrected_error_pct", "windows"), ("session_corrected_error_pct", "sessions")):
+            values = rows[column].dropna() if column in rows else pd.Series(dtype=float)
+            if len(values):
+                within = int((values.abs() <= TARGET_PCT).sum())
+                print(f"{workload} {title}: {values.min():+.1f}..{values.max():+.1f} over {len(values)} validations, "
+                      f"{within} within")
 
 
 if __name__ == "__main__":

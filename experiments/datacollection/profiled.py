@@ -26,9 +26,9 @@ __all__ = ["profiled_collection", "collect_loop", "OPERATION"]
 
 OPERATION = "data_collection"
 SKIPPED_EXIT = 3  # the loop's exit code when its backend cannot run here (reason on stderr's last line)
-# Calibration runs of the loop last about this long (judged from the first profiled run of its
-# configuration, which all its runs then share), enough for ~100 blocks of 10 ms windows, and at
-# least twice as long as the profiled run: correction is checked on runs of another length.
+# Calibration runs of the loop last about this long by default (judged from the first profiled run
+# of its configuration, which all its runs then share), enough for ~100 blocks of 10 ms windows,
+# and at least twice as long as the profiled run: correction is checked on runs of another length.
 CALIBRATION_SECONDS = 8.0
 # Fewer palindromic blocks of windows than this, and the calibration was sized from warm-up.
 MIN_CALIBRATION_BLOCKS = 20
@@ -56,7 +56,8 @@ def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int,
 
 
 def profiled_collection(backend: str, num_envs: int, fused_steps: int, iterations: int = 20,
-                        device: str = "auto", timeout_s: float = 600, calibrate: bool = False) -> dict[str, Any]:
+                        device: str = "auto", timeout_s: float = 600, calibrate: bool = False,
+                        calibration_seconds: float = CALIBRATION_SECONDS) -> dict[str, Any]:
     """Profile :func:`collect_loop`; rows of the breakdown (seconds and share per layer, per
     iteration; with ``calibrate`` also corrected for profiling's overhead) and of the
     transitions (count per iteration)."""
@@ -80,7 +81,8 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
                 raise SkipRun(text.strip().splitlines()[-1])
             raise RuntimeError(f"profiled loop failed (exit {code}):\n{text[-3000:]}")
         if calibrate:
-            calibration, calibration_path = _calibration(command, trace, iterations, device, timeout_s)
+            calibration, calibration_path = _calibration(command, trace, iterations, device, timeout_s,
+                                                         calibration_seconds)
         tables = analyze_corrected(trace, calibration_path)
     frame = tables["breakdown"]
     ours = frame[(frame["thread"] == "main") & (frame["operation"] == OPERATION)].copy()
@@ -112,9 +114,10 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
             "steps_per_s": num_envs * fused_steps * iterations / total if total else float("nan")}
 
 
-def _calibration(command: list[str], trace: Path, iterations: int, device: str, timeout_s: float) -> tuple[Any, Path]:
+def _calibration(command: list[str], trace: Path, iterations: int, device: str, timeout_s: float,
+                 seconds: float) -> tuple[Any, Path]:
     """The calibration of this loop on this machine (made once, then cached), with runs of about
-    ``CALIBRATION_SECONDS``, judged by the profiled run's iterations.
+    ``seconds``, judged by the profiled run's iterations.
 
     A short profiled run can be all warm-up: the torch loop's first 5 iterations take 16 ms and
     later ones 0.2 ms, so a calibration sized from them came out 40x short, with no complete
@@ -136,7 +139,7 @@ def _calibration(command: list[str], trace: Path, iterations: int, device: str, 
             measured = trace_iteration(read_trace(trace))
             if measured is None or measured[0] <= 0:
                 raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
-            length = max(2 * iterations, math.ceil(CALIBRATION_SECONDS / (measured[0] / 1e9)))
+            length = max(2 * iterations, math.ceil(seconds / (measured[0] / 1e9)))
         return command[:-2] + [str(length), device]
 
     for attempt in range(3):
@@ -144,7 +147,7 @@ def _calibration(command: list[str], trace: Path, iterations: int, device: str, 
                                                gpu=device.startswith("cuda"), timeout_s=timeout_s)
         made = int(calibration.command[-2])  # its length (a cached one's may differ from this run's sizing)
         steady_s = calibration.iteration_ns / 1e9
-        length = math.ceil(CALIBRATION_SECONDS / steady_s) if steady_s > 0 else 16 * made
+        length = math.ceil(seconds / steady_s) if steady_s > 0 else 16 * made
         if calibration.blocks >= MIN_CALIBRATION_BLOCKS or attempt == 2 or length <= 2 * made:
             break  # (few blocks of long iterations: as long as it should be)
         shutil.rmtree(path.parent)
