@@ -64,6 +64,20 @@ CUptiResult attach(char *old_name, size_t old_size) {
     return r;
 }
 
+// Without g_attach.mutex held: make the CUDA API exit that a waiting detach needs, with the
+// cheapest driver call there is, so CUPTI is gone when a session's stop returns. Why: until it
+// is, another CUPTI client that starts (torch.profiler, Nsight) fails to initialise. libcuda is
+// only looked up, never loaded: a process that never loaded it has nothing to detach from.
+void settle_detach() {
+    if (!g_attach.detach_pending.load(std::memory_order_acquire)) return;
+    static int (*get_current)(void **) = [] {
+        void *libcuda = dlopen("libcuda.so.1", RTLD_NOW | RTLD_NOLOAD);
+        return libcuda ? reinterpret_cast<int (*)(void **)>(dlsym(libcuda, "cuCtxGetCurrent")) : nullptr;
+    }();
+    void *context = nullptr;
+    if (get_current) get_current(&context);
+}
+
 // With g_attach.mutex held, every activity kind off and the buffers flushed: detach at the next
 // CUDA API exit.
 void request_detach() {

@@ -17,9 +17,9 @@
 //
 // Letting go: once CUPTI has recorded in a process, the process stays slower after every
 // activity kind is disabled and the subscriber is gone; only cuptiFinalize gives its speed back.
-// CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping a session only asks
-// for it: the subscriber's callback detaches at the next API exit on any thread, and a session
-// started before then keeps CUPTI attached (attachment.hpp).
+// CUPTI asks for cuptiFinalize at the exit of a CUDA API call, so stopping a session asks for it
+// and then makes one cheap driver call whose exit detaches (attachment.hpp); a session started
+// before a detach happens keeps CUPTI attached.
 //
 // Layout: loader.hpp (libcupti and its entry points), attachment.hpp (subscribing, detaching,
 // correlation hooks), tracer.hpp (the Tracer), decode.hpp (activity records -> rows),

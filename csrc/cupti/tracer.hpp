@@ -79,8 +79,8 @@ public:
         return out;
     }
 
-    // Flush everything CUPTI holds, write the last rows and let go of CUPTI (detached at the next
-    // CUDA API exit).
+    // Flush everything CUPTI holds, write the last rows and let go of CUPTI (detached at the
+    // CUDA API exit that settle_detach makes).
     nb::dict stop() {
         if (running_) {
             nb::gil_scoped_release unlocked;  // buffer callbacks run now, possibly on CUPTI's thread
@@ -89,6 +89,7 @@ public:
                 release();
                 if (g_tracer == this) g_tracer = nullptr;
             }
+            settle_detach();
             std::lock_guard<std::mutex> lock(mutex_);
             write_rows();
             running_ = false;

@@ -228,7 +228,7 @@ def _earlier_runs(output: Path, command: list[str], gpu: bool) -> tuple[list[dic
 
 
 def measure_residual_run(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
-    """Run ``python -m rlscope.collect.cupti_residual`` in ``run_dir``: its result, or None and
+    """Run ``python -m rlscope.calibrate.residual`` in ``run_dir``: its result, or None and
     why it failed (with its log)."""
     run_dir.mkdir(parents=True, exist_ok=True)
     log, result = run_dir / "log.txt", run_dir / "residual.json"

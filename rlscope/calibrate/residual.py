@@ -70,8 +70,7 @@ def measure_residual(cycles: int = CYCLES, calls: int = CALLS,
             _cupti.probe_calls(calls // 10)  # recorded calls, as a profiled window makes
             tracer.record(api=False, gpu=False)
             recorded.append(_cupti.probe_calls(calls))
-            tracer.stop()
-            _cupti.probe_calls(1)  # CUPTI detaches at the exit of this call
+            tracer.stop()  # detaches CUPTI before it returns
             if tracer.stats()["cupti_attached"]:
                 raise RlscopeError("CUPTI did not detach after the residual probe's recording; "
                                    "the residual cannot be measured here")

@@ -185,10 +185,10 @@ class GpuCollector:
         return True
 
     def stop(self) -> dict[str, Any]:
-        """Flush CUPTI, write the last rows and let go of CUPTI: it is detached from the process at
-        the next CUDA API exit, so the process runs as fast as before it was profiled (disabling
-        and unsubscribing alone leave every later CUDA call slower). Returns the collector's meta
-        entry."""
+        """Flush CUPTI, write the last rows and let go of CUPTI: it is detached (``cuptiFinalize``,
+        at the exit of one cheap driver call the tracer makes) before this returns, so the process
+        runs as fast as before it was profiled (disabling and unsubscribing alone leave every later
+        CUDA call slower) and another CUPTI client can start. Returns the collector's meta entry."""
         if self._tracer is not None:
             self._ops.set_correlation_hooks(None)
             self.meta.update(self._tracer.stop())
