@@ -3,7 +3,7 @@ PYTHON ?= python3
 # Pinned: an unpinned torch may pull a multi-GB CUDA build. On a GPU box, any CUDA build of this
 # version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
 TORCH ?= torch==2.13.0
-EXTRAS ?= rl,jax,dev
+EXTRAS ?= rl,jax,sims,dev
 VENV := .venv
 PY := $(VENV)/bin/python
 RLSCOPE := $(VENV)/bin/rlscope
@@ -25,7 +25,7 @@ $(STAMP): pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Every manifest at quick scale on this machine; figures land in output/artifacts/<experiment>/.
+# Every manifest at quick scale on this machine; figures land in output/artifacts/experiment_<experiment>/.
 artifacts-quick: $(STAMP)
 	@for m in $(MANIFESTS); do $(RLSCOPE) run $$m --scale quick --jobs $(JOBS) || exit $$?; done
 	@echo "figures: output/artifacts/"

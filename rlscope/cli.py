@@ -32,7 +32,7 @@ def cli() -> None:
 @click.option("--scale", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
               help="quick: minutes on a laptop CPU; full: the paper's sizes, for a GPU machine.")
 @click.option("--output", "output_dir", type=click.Path(path_type=Path), default=Path("output"), show_default=True,
-              help="Runs go to OUTPUT/<experiment>/, figures to OUTPUT/artifacts/<experiment>/.")
+              help="Runs go to OUTPUT/<experiment>/, figures to OUTPUT/artifacts/experiment_<experiment>/.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
               help="Runs in flight at once (timings are cleanest with 1).")
 @click.option("--force", is_flag=True, help="Re-run runs that are already complete.")

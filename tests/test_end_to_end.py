@@ -40,7 +40,7 @@ def test_quick_sweep_writes_results_and_figure(tmp_path: Path, cli_env: dict[str
     assert len(frame) == 4 * 2 * 2  # backends x N x repetitions
     assert (frame["status"] == "ok").all() and (frame["samples_per_s"] > 0).all()
     assert (frame["samples"] == frame["num_envs"] * 4).all()
-    pdf = out / "artifacts" / "gpu_vectorization" / "throughput_vs_envs.pdf"
+    pdf = out / "artifacts" / "experiment_gpu_vectorization" / "throughput_vs_envs.pdf"
     assert pdf.read_bytes().startswith(b"%PDF")
     pdf.unlink()
     replot = rlscope("plot", str(out / "gpu_vectorization"), env=cli_env)

@@ -33,8 +33,13 @@ DEFAULT_PHASE = "default"
 
 
 def _process_name() -> str:
-    """The script's name; `python -c` and multiprocessing's helpers are just "python"."""
+    """The script's name, or the module's for `python -m pkg.module` (at interpreter start
+    sys.argv[0] is still "-m" then); `python -c` and multiprocessing's helpers are just "python"."""
     script = sys.argv[0] if sys.argv else ""
+    if script == "-m":
+        args = list(getattr(sys, "orig_argv", []))
+        module = args[args.index("-m") + 1] if "-m" in args[:-1] else ""
+        return module.rpartition(".")[2] or "python"
     return Path(script).stem if script and script not in ("-c", "-") else "python"
 
 

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import importlib
 import itertools
 import re
 from collections.abc import Iterator, Mapping
@@ -184,6 +185,7 @@ class _Validator:
                 )
 
     def manifest(self, data: Any, scale: str) -> Manifest:
+        self._scale = scale
         if not isinstance(data, dict):
             raise self.fail((), f"a manifest is a mapping of fields, got {_kind(data)}; "
                                 f"start from configs/gpu_vectorization.yaml")
@@ -232,6 +234,7 @@ class _Validator:
         overlap = sorted(set(params) & set(grid))
         if overlap:
             raise self.fail(("params",), f"{', '.join(overlap)} appear in both params and grid; keep each in one place")
+        self.workload_values(workload, params, grid, scales.get(scale, {}))
         description = data.get("description", "")
         if description != "":
             description = self.text(("description",), description)
@@ -240,6 +243,31 @@ class _Validator:
             params=params, grid=grid, exclude=exclude, repetitions=repetitions, timeout_s=timeout_s,
             figures=figures, scale=scale,
         )
+
+    def workload_values(self, workload: str, params: dict[str, Scalar], grid: dict[str, tuple[Scalar, ...]],
+                        override: dict[str, Any]) -> None:
+        """Ask the workload's module whether each parameter value means something to it, where it
+        offers a ``check_params(name, value) -> problem or None`` (an environment id that does not
+        exist, with a did-you-mean). A module that cannot be imported here is left to the runner,
+        which says what is missing."""
+        module_name = workload.partition(":")[0]
+        try:
+            check = getattr(importlib.import_module(module_name), "check_params", None)
+        except ImportError:
+            return
+        if check is None:
+            return
+        for name, value in params.items():
+            if (problem := check(name, value)) is not None:
+                where = (("scales", self._scale, "params", name) if name in override.get("params", {})
+                         else ("params", name))
+                raise self.fail(where, problem)
+        for name, values in grid.items():
+            for i, value in enumerate(values):
+                if (problem := check(name, value)) is not None:
+                    where = (("scales", self._scale, "grid", name, i) if name in override.get("grid", {})
+                             else ("grid", name, i))
+                    raise self.fail(where, problem)
 
     def text(self, where: tuple[Any, ...], value: Any) -> str:
         if not isinstance(value, str) or not value.strip():

@@ -12,6 +12,8 @@ FIGURES: dict[str, str] = {
     "fusion_throughput": "rlscope.plot.datacollection:fusion_throughput",
     "fusion_speedup_grid": "rlscope.plot.datacollection:fusion_speedup_grid",
     "simulator_comparison": "rlscope.plot.datacollection:simulator_comparison",
+    "casestudy_breakdown": "rlscope.plot.casestudies:casestudy_breakdown",
+    "casestudy_transitions": "rlscope.plot.casestudies:casestudy_transitions",
 }
 
 __all__ = ["FIGURES"]

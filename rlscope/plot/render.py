@@ -16,7 +16,13 @@ from rlscope.errors import ResultsError  # noqa: E402
 from rlscope.files import read_json, write_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
 
-__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped"]
+__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped", "artifacts_name"]
+
+
+def artifacts_name(experiment: str) -> str:
+    """The folder under ``OUTPUT/artifacts/`` an experiment's figures go to: named as its
+    ``experiments/experiment_<name>.sh`` script, as the papers' artifact scripts name them."""
+    return f"experiment_{experiment}"
 
 
 def note_skipped(fig: plt.Figure, results: pd.DataFrame, label_column: str) -> None:
@@ -55,7 +61,7 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
     if "status" not in results or not (results["status"] == "ok").any():
         raise ResultsError(f"{results_csv}: no successful runs to plot; "
                            f"see the run logs under {experiment_dir / 'runs'}")
-    out_dir = artifacts_dir / meta["experiment"]
+    out_dir = artifacts_dir / artifacts_name(meta["experiment"])
     written: list[Path] = []
     for name in meta["figures"]:
         module_name, _, func_name = FIGURES[name].partition(":")

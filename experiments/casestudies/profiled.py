@@ -1,0 +1,137 @@
+"""Stable-Baselines3 training under the profiler: where its time goes per operation and layer.
+
+The manifests' workload (``configs/algorithm_choice.yaml``, ``configs/simulator_choice.yaml``):
+runs ``experiments.casestudies.sb3_train`` under ``rlscope prof``, analyses the trace, and returns
+one row per operation and layer of the training process's main thread (seconds and share of the
+whole training time) and one per operation and transition type (per iteration, i.e. per
+rollout). With ``calibrate: true`` the breakdown is also corrected for profiling's overhead,
+with a calibration of the same training made once per machine.
+"""
+
+from __future__ import annotations
+
+import platform
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlscope.errors import SkipRun
+
+__all__ = ["profiled_training", "check_params", "training_rows"]
+
+CALIBRATION_TIMESTEPS_FACTOR = 2  # calibrate on runs this many times longer: checked on another length
+
+
+def check_params(name: str, value: Any) -> str | None:
+    """Manifest check (``rlscope.harness.manifest``): an ``env`` that names no environment."""
+    if name == "env" and isinstance(value, str):
+        from experiments.casestudies.sb3_train import env_problem
+
+        return env_problem(value)
+    if name == "algorithm" and isinstance(value, str):
+        from experiments.casestudies.sb3_train import ALGORITHMS
+
+        if value not in ALGORITHMS:
+            return f"unknown algorithm {value!r}; known: {', '.join(ALGORITHMS)}"
+    return None
+
+
+def _command(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None,
+             n_envs: int, subproc: bool) -> list[str]:
+    command = [sys.executable, "-m", "experiments.casestudies.sb3_train", algorithm, env, str(timesteps), device,
+               "--n-envs", str(n_envs)]
+    if learning_starts is not None:
+        command += ["--learning-starts", str(learning_starts)]
+    return command + (["--subproc"] if subproc else [])
+
+
+def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "auto",
+                      learning_starts: int | None = None, n_envs: int = 1, subproc: bool = False,
+                      calibrate: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
+    """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
+    from experiments.casestudies.sb3_train import SKIPPED_EXIT
+    from rlscope.calibrate import analyze_corrected
+    from rlscope.collect.launch import run_profiled
+
+    device = _resolve_device(device)
+    command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc)
+    with tempfile.TemporaryDirectory(prefix="rlscope-sb3-") as tmp:
+        log_path = Path(tmp) / "log.txt"
+        with log_path.open("w") as log:
+            trace, code = run_profiled(command, Path(tmp) / "trace", gpu=device.startswith("cuda"), stdout=log,
+                                       timeout_s=timeout_s)
+        text = log_path.read_text()
+        if code == SKIPPED_EXIT:
+            raise SkipRun(text.strip().splitlines()[-1])
+        if code != 0:
+            raise RuntimeError(f"training failed (exit {code}):\n{text[-3000:]}")
+        calibration_path = None
+        if calibrate:
+            calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, timeout_s)
+        tables = analyze_corrected(trace, calibration_path)
+    result = training_rows(tables["breakdown"], tables["transitions"], corrected=calibration_path is not None)
+    return {**result, "device": device, "python": platform.python_version(), "timesteps": timesteps,
+            "steps_per_s": timesteps / result["training_s"] if result["training_s"] else float("nan")}
+
+
+def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> dict[str, Any]:
+    """Rows of the training process's main thread from its first rollout on (its data-collection
+    and training phases): per operation and layer, seconds and share of the training time
+    (``corrected_*`` too where the breakdown was corrected); per operation and
+    transition type, the count per iteration (per rollout: ``rlscope.step()`` is called once at
+    the start of each). The training process is the one that made the iterations."""
+    from rlscope.plot.breakdown import stack_label
+
+    from rlscope.integrations.sb3 import DATA_COLLECTION, TRAINING
+
+    training = (DATA_COLLECTION, TRAINING)  # from the first rollout on: start-up and imports left out
+    main = breakdown[(breakdown["thread"] == "main") & breakdown["phase"].isin(training)]
+    steps = transitions[(transitions["thread"] == "main") & transitions["phase"].isin(training)]
+    iterations_by_process = steps.groupby("process")["iterations"].max()
+    if iterations_by_process.empty or iterations_by_process.max() <= 0:
+        raise RuntimeError("the training recorded no iterations: was it annotated with rlscope.integrations.sb3?")
+    process = iterations_by_process.idxmax()
+    iterations = int(steps.loc[steps["process"] == process].groupby("phase")["iterations"].max().sum())
+    ours = main[main["process"] == process].copy()
+    ours["layer"] = [stack_label(c, g) for c, g in zip(ours["cpu"], ours["gpu"])]
+    columns = ["time_s"] + (["corrected_ns"] if corrected else [])
+    per_layer = ours.groupby(["operation", "layer"])[columns].sum()
+    total = float(per_layer["time_s"].sum())
+    corrected_total = float(per_layer["corrected_ns"].sum()) / 1e9 if corrected else 0.0
+    rows: list[dict[str, Any]] = []
+    for (operation, layer), values in per_layer.iterrows():
+        row = {"table": "breakdown", "operation": operation, "layer": layer, "seconds": float(values["time_s"]),
+               "share": float(values["time_s"]) / total}
+        if corrected:
+            row["corrected_seconds"] = float(values["corrected_ns"]) / 1e9
+            row["corrected_share"] = row["corrected_seconds"] / corrected_total if corrected_total else float("nan")
+        rows.append(row)
+    counted = steps[steps["process"] == process].groupby(["operation", "transition"])["count"].sum()
+    for (operation, transition), count in counted.items():
+        rows.append({"table": "transitions", "operation": operation, "transition": transition,
+                     "per_iteration": float(count) / iterations})
+    return {"rows": rows, "iterations": iterations, "training_s": total,
+            **({"corrected_training_s": corrected_total} if corrected else {})}
+
+
+def _resolve_device(device: str) -> str:
+    if device != "auto":
+        return device
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else "cpu"
+
+
+def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,
+                 timeout_s: float) -> Path:
+    """This training's calibration on this machine (made once, then cached), on runs
+    ``CALIBRATION_TIMESTEPS_FACTOR`` times as long as the profiled one."""
+    from rlscope.calibrate import cached_calibration
+
+    length = CALIBRATION_TIMESTEPS_FACTOR * timesteps
+    identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False)
+    _, path = cached_calibration(
+        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False),
+        gpu=device.startswith("cuda"), timeout_s=timeout_s, repetitions=2, startup_pairs=1)
+    return path

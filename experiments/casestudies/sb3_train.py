@@ -1,0 +1,126 @@
+"""Train a Stable-Baselines3 algorithm on a gymnasium environment, annotated for rlscope.
+
+    python -m experiments.casestudies.sb3_train ALGORITHM ENV_ID TIMESTEPS DEVICE [--learning-starts N]
+        [--n-envs N] [--subproc]
+
+The case studies' training script (RL-Scope §2.5.2-2.5.3): ``model.learn(..., callback=
+rlscope.integrations.sb3.Annotate())``, nothing else rlscope-specific. Hyperparameters are
+rl-zoo3's for MuJoCo (copied here, see ``HYPERPARAMETERS``) so each algorithm runs as its users
+would run it; ``--learning-starts`` shortens the off-policy algorithms' random warm-up for short
+runs. A missing simulator exits with ``SKIPPED_EXIT`` and the ``pip install`` that fixes it.
+"""
+
+from __future__ import annotations
+
+import argparse
+import difflib
+import sys
+from typing import Any
+
+SKIPPED_EXIT = 3  # the script's exit code when its simulator is not installed (reason on stderr)
+
+# rl-zoo3's MuJoCo hyperparameters (hyperparams/*.yml, MuJoCo sections): PPO's tuned Walker2d
+# values; A2C, SAC, TD3 and DDPG the zoo's MuJoCo defaults. "normalize" wraps the VecEnv in
+# VecNormalize, as the zoo does.
+HYPERPARAMETERS: dict[str, dict[str, Any]] = {
+    "ppo": {"normalize": True, "n_steps": 512, "batch_size": 32, "gamma": 0.99, "learning_rate": 5.05041e-05,
+            "ent_coef": 0.000585045, "clip_range": 0.1, "n_epochs": 20, "gae_lambda": 0.95, "max_grad_norm": 1.0,
+            "vf_coef": 0.871923},
+    "a2c": {"normalize": True},
+    "sac": {"learning_starts": 10000},
+    "td3": {"learning_starts": 10000, "noise_std": 0.1, "train_freq": 1, "gradient_steps": 1,
+            "learning_rate": 1e-3, "batch_size": 256, "net_arch": [400, 300]},
+    "ddpg": {"learning_starts": 10000, "noise_std": 0.1, "train_freq": 1, "gradient_steps": 1,
+             "learning_rate": 1e-3, "batch_size": 256, "net_arch": [400, 300]},
+}
+ALGORITHMS = tuple(HYPERPARAMETERS)
+# Simulators that are optional extras, by the environment ids that need them: the install that fixes a missing one.
+INSTALL = {"ALE/": "pip install 'rlscope[sims]'  (ale-py: the Arcade Learning Environment, ROMs included)",
+           "": "pip install 'rlscope[sims]'  (mujoco: gymnasium's MuJoCo environments)"}
+
+
+def env_problem(env_id: str) -> str | None:
+    """Why ``env_id`` names no gymnasium environment (with a did-you-mean), or None. An ALE id
+    passes while ale-py is not installed: that run is skipped with the install, not refused."""
+    import gymnasium as gym
+
+    if env_id.startswith("ALE/"):
+        try:
+            import ale_py
+        except ImportError:
+            return None
+        gym.register_envs(ale_py)
+    if env_id in gym.envs.registry:
+        return None
+    close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
+    return f"no gymnasium environment {env_id!r}" + (f"; did you mean {', '.join(map(repr, close))}?" if close else "")
+
+
+def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | None = None, n_envs: int = 1,
+               subproc: bool = False, seed: int = 0) -> Any:
+    """The SB3 model with rl-zoo3's hyperparameters, on a vectorised ``env_id``."""
+    import gymnasium as gym
+    import numpy as np
+    import stable_baselines3 as sb3
+    from stable_baselines3.common.env_util import make_atari_env, make_vec_env
+    from stable_baselines3.common.noise import NormalActionNoise
+    from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecNormalize
+
+    from rlscope.integrations.sb3 import SimulationWrapper
+
+    params = dict(HYPERPARAMETERS[algorithm])
+    normalize = params.pop("normalize", False)
+    vec_env_cls = SubprocVecEnv if subproc else None
+    wrapper = SimulationWrapper if subproc else None  # the children's steps are theirs to annotate
+    if env_id.startswith("ALE/"):
+        import ale_py
+
+        gym.register_envs(ale_py)
+        env = VecFrameStack(make_atari_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls), n_stack=4)
+        policy = "CnnPolicy"
+    else:
+        env = make_vec_env(env_id, n_envs=n_envs, seed=seed, vec_env_cls=vec_env_cls, wrapper_class=wrapper)
+        policy = "MlpPolicy"
+    if normalize and policy == "MlpPolicy":  # frames are not normalised (as the zoo's Atari settings)
+        env = VecNormalize(env)
+    if learning_starts is not None and "learning_starts" in params:
+        params["learning_starts"] = learning_starts
+    if "noise_std" in params:
+        actions = env.action_space.shape[-1]
+        params["action_noise"] = NormalActionNoise(np.zeros(actions), params.pop("noise_std") * np.ones(actions))
+    if "net_arch" in params:
+        params["policy_kwargs"] = {"net_arch": params.pop("net_arch")}
+    if policy == "CnnPolicy" and "buffer_size" not in params and algorithm in ("sac", "td3", "ddpg"):
+        params["buffer_size"] = 100_000  # images: the default million frames would not fit a laptop
+    cls = getattr(sb3, algorithm.upper())
+    return cls(policy, env, device=device, seed=seed, verbose=0, **params)
+
+
+def main(argv: list[str]) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("algorithm", choices=ALGORITHMS)
+    parser.add_argument("env_id")
+    parser.add_argument("timesteps", type=int)
+    parser.add_argument("device")
+    parser.add_argument("--learning-starts", type=int, default=None)
+    parser.add_argument("--n-envs", type=int, default=1)
+    parser.add_argument("--subproc", action="store_true", help="step the environments in SubprocVecEnv workers")
+    args = parser.parse_args(argv)
+    import gymnasium as gym
+
+    from rlscope.integrations.sb3 import Annotate
+
+    try:
+        model = make_model(args.algorithm, args.env_id, args.device, args.learning_starts, args.n_envs,
+                           args.subproc)
+    except (ImportError, gym.error.DependencyNotInstalled) as err:
+        fix = next(v for k, v in INSTALL.items() if args.env_id.startswith(k))
+        print(f"{args.env_id} needs a simulator that is not installed ({err}); {fix}", file=sys.stderr)
+        return SKIPPED_EXIT
+    model.learn(args.timesteps, callback=Annotate())
+    model.get_env().close()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

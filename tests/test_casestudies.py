@@ -1,0 +1,112 @@
+"""RL-Scope's case studies (algorithm and simulator choice): manifests, the profiled-training
+workload, its skips and errors, and the figures, end to end at a test's size."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pandas as pd
+import pytest
+
+from rlscope.errors import ManifestError, SkipRun
+from rlscope.harness.manifest import load_manifest
+
+pytest.importorskip("stable_baselines3")
+
+REPO = Path(__file__).resolve().parents[1]
+CASE_STUDIES = ("algorithm_choice", "simulator_choice")
+
+
+@pytest.mark.parametrize("name", CASE_STUDIES)
+@pytest.mark.parametrize("scale", ["quick", "full"])
+def test_manifests_validate(name, scale):
+    manifest = load_manifest(REPO / "configs" / f"{name}.yaml", scale)
+    assert manifest.figures == ("casestudy_breakdown", "casestudy_transitions")
+    assert len(list(manifest.points())) >= 5
+
+
+def test_an_environment_that_does_not_exist_fails_the_manifest_with_a_did_you_mean(tmp_path):
+    text = (REPO / "configs" / "simulator_choice.yaml").read_text().replace("Walker2d-v5", "Walker2D-v5")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text(text)
+    with pytest.raises(ManifestError, match=r"bad.yaml:\d+: field 'grid.env.4': no gymnasium environment "
+                                            r"'Walker2D-v5'; did you mean 'Walker2d-v5'"):
+        load_manifest(bad, "quick")
+    with pytest.raises(ManifestError, match="unknown algorithm 'ppo2'; known: ppo, a2c, sac, td3, ddpg"):
+        bad.write_text((REPO / "configs" / "algorithm_choice.yaml").read_text().replace("[ppo,", "[ppo2,"))
+        load_manifest(bad, "quick")
+
+
+def test_a_missing_simulator_is_a_skipped_run_that_names_the_install(tmp_path, monkeypatch):
+    from experiments.casestudies.profiled import profiled_training
+
+    shadow = tmp_path / "shadow" / "mujoco"
+    shadow.mkdir(parents=True)
+    (shadow / "__init__.py").write_text("raise ImportError('mujoco is not installed here')\n")
+    monkeypatch.setenv("PYTHONPATH", f"{shadow.parent}:{REPO}")
+    with pytest.raises(SkipRun, match=r"Hopper-v5 needs a simulator that is not installed .*"
+                                      r"pip install 'rlscope\[sims\]'"):
+        profiled_training("ppo", "Hopper-v5", 64, device="cpu")
+
+
+def test_training_rows_cover_the_training_phases_only_and_add_up():
+    from experiments.casestudies.profiled import training_rows
+
+    key = dict(process="t[1]", thread="main")
+    breakdown = pd.DataFrame([
+        {**key, "phase": "default", "operation": "(unannotated)", "cpu": "Python", "gpu": False, "time_s": 5.0},
+        {**key, "phase": "data_collection", "operation": "inference", "cpu": "Backend", "gpu": False, "time_s": 1.0},
+        {**key, "phase": "data_collection", "operation": "simulation", "cpu": "Simulator", "gpu": False, "time_s": 2.0},
+        {**key, "phase": "training", "operation": "backpropagation", "cpu": "Backend", "gpu": False, "time_s": 3.0},
+        {**key, "phase": "training", "operation": "backpropagation", "cpu": "CUDA API", "gpu": True, "time_s": 2.0},
+    ])
+    transitions = pd.DataFrame([
+        {**key, "phase": "default", "operation": "(unannotated)", "transition": "Python->Backend", "count": 900,
+         "iterations": 0},
+        {**key, "phase": "data_collection", "operation": "simulation", "transition": "Python->Simulator",
+         "count": 40, "iterations": 4},
+        {**key, "phase": "training", "operation": "backpropagation", "transition": "Python->Backend", "count": 400,
+         "iterations": 0},
+    ])
+    result = training_rows(breakdown, transitions)
+    rows = pd.DataFrame(result["rows"])
+    shares = rows[rows["table"] == "breakdown"].set_index(["operation", "layer"])["share"]
+    assert result["training_s"] == 8.0 and result["iterations"] == 4  # start-up (phase "default") left out
+    assert shares.sum() == pytest.approx(1.0)
+    assert shares[("backpropagation", "CPU + GPU")] == pytest.approx(2 / 8)
+    per_iteration = rows[rows["table"] == "transitions"].set_index(["operation", "transition"])["per_iteration"]
+    assert per_iteration.to_dict() == {("backpropagation", "Python->Backend"): 100.0,
+                                       ("simulation", "Python->Simulator"): 10.0}
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(("name", "grid", "params"), [
+    ("algorithm_choice", "algorithm: [ppo, sac]", "timesteps: 400, learning_starts: 200"),
+    ("simulator_choice", "env: [CartPole-v1, Hopper-v5]", "timesteps: 512"),
+])
+def test_each_case_study_runs_end_to_end_into_rows_and_figures(tmp_path, cli_env, name, grid, params):
+    """The manifest at a test's size: fewer workloads, fewer steps, otherwise as shipped."""
+    pytest.importorskip("mujoco")
+    import yaml
+
+    manifest = yaml.safe_load((REPO / "configs" / f"{name}.yaml").read_text())
+    manifest["grid"] = yaml.safe_load(grid)
+    manifest["scales"]["quick"]["params"].update(yaml.safe_load("{" + params + "}"))
+    path = tmp_path / f"{name}.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "run", str(path), "--scale", "quick", "--output",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=cli_env, timeout=600, cwd=REPO)
+    assert done.returncode == 0, done.stderr[-3000:]
+    results = pd.read_csv(tmp_path / "out" / name / "results.csv")
+    column = next(iter(manifest["grid"]))
+    assert (results["status"] == "ok").all() and results[column].nunique() == 2
+    breakdown = results[results["table"] == "breakdown"]
+    assert set(breakdown["operation"]) >= {"inference", "simulation", "backpropagation"}
+    assert breakdown.groupby(column)["share"].sum().round(6).eq(1.0).all()
+    transitions = results[results["table"] == "transitions"]
+    assert (transitions.loc[transitions["transition"] == "Python->Backend", "per_iteration"] > 0).all()
+    for figure in manifest["figures"]:
+        pdf = tmp_path / "out" / "artifacts" / f"experiment_{name}" / f"{figure}.pdf"
+        assert pdf.read_bytes().startswith(b"%PDF")
