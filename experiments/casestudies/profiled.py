@@ -4,8 +4,9 @@ The manifests' workload (``configs/algorithm_choice.yaml``, ``configs/simulator_
 runs ``experiments.casestudies.sb3_train`` under ``rlscope prof``, analyses the trace, and returns
 one row per operation and layer of the training process's main thread (seconds and share of the
 whole training time) and one per operation and transition type (per iteration, i.e. per
-rollout). With ``calibrate: true`` the breakdown is also corrected for profiling's overhead,
-with a calibration of the same training made once per machine.
+rollout). The breakdown is corrected for profiling's overhead with a calibration of the same
+training on this machine: ``calibrate: true`` makes one if none is cached yet, ``calibrate: auto``
+(the default) uses one only where it exists, ``calibrate: false`` never.
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def _command(algorithm: str, env: str, timesteps: int, device: str, learning_sta
 
 def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "auto",
                       learning_starts: int | None = None, n_envs: int = 1, subproc: bool = False,
-                      calibrate: bool = False, timeout_s: float = 3600) -> dict[str, Any]:
+                      calibrate: bool | str = "auto", timeout_s: float = 3600) -> dict[str, Any]:
     """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
     from experiments.casestudies.sb3_train import SKIPPED_EXIT
     from rlscope.calibrate import analyze_corrected
@@ -67,8 +68,11 @@ def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "a
         if code != 0:
             raise RuntimeError(f"training failed (exit {code}):\n{text[-3000:]}")
         calibration_path = None
-        if calibrate:
-            calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, timeout_s)
+        if calibrate not in (False, "auto", True):
+            raise ValueError(f"calibrate: {calibrate!r}; use true, false or auto")
+        if calibrate is not False:
+            calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, timeout_s,
+                                            make=calibrate is True)
         tables = analyze_corrected(trace, calibration_path)
     result = training_rows(tables["breakdown"], tables["transitions"], corrected=calibration_path is not None)
     return {**result, "device": device, "python": platform.python_version(), "timesteps": timesteps,
@@ -124,14 +128,16 @@ def _resolve_device(device: str) -> str:
 
 
 def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,
-                 timeout_s: float) -> Path:
-    """This training's calibration on this machine (made once, then cached), on runs
-    ``CALIBRATION_TIMESTEPS_FACTOR`` times as long as the profiled one."""
-    from rlscope.calibrate import cached_calibration
+                 timeout_s: float, make: bool) -> Path | None:
+    """This training's calibration on this machine, on runs ``CALIBRATION_TIMESTEPS_FACTOR`` times
+    as long as the profiled one: made once (``make``) and cached, or None where there is none."""
+    from rlscope.calibrate import cached_calibration, find_cached_calibration
 
-    length = CALIBRATION_TIMESTEPS_FACTOR * timesteps
     identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False)
+    options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1}
+    if not make:
+        return find_cached_calibration(identity, **options)
+    length = CALIBRATION_TIMESTEPS_FACTOR * timesteps
     _, path = cached_calibration(
-        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False),
-        gpu=device.startswith("cuda"), timeout_s=timeout_s, repetitions=2, startup_pairs=1)
+        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False), **options)
     return path

@@ -60,8 +60,8 @@ from rlscope.calibrate.window_costs import window_blocks
 from rlscope.collect.windows import LEVELS, format_windows
 from rlscope.errors import RlscopeError
 
-__all__ = ["calibrate", "cached_calibration", "calibration_cache_dir", "measure_run", "measure_residual_run",
-           "WINDOW_MS"]
+__all__ = ["calibrate", "cached_calibration", "find_cached_calibration", "calibration_cache_dir", "measure_run",
+           "measure_residual_run", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
 RESIDUAL_TIMEOUT_S = 300.0
@@ -267,6 +267,24 @@ def calibration_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlscope" / "calibration"
 
 
+def _cache_path(identity: list[str], cache_dir: Path | None, options: dict[str, Any]) -> Path:
+    key = json.dumps({"workload": identity, "machine": machine_fingerprint(), "options": options}, sort_keys=True)
+    return (cache_dir or calibration_cache_dir()) / hashlib.sha256(key.encode()).hexdigest()[:16] / CALIBRATION_FILE
+
+
+def find_cached_calibration(identity: list[str], cache_dir: Path | None = None, **options: Any) -> Path | None:
+    """The ``calibration.json`` that ``cached_calibration`` made for this workload, machine,
+    rlscope version and ``options``, or None where there is none (or it is of another format)."""
+    path = _cache_path(identity, cache_dir, options)
+    if not path.exists():
+        return None
+    try:
+        Calibration.load(path)
+    except CalibrationError:
+        return None  # written by another rlscope version: calibrate afresh
+    return path
+
+
 def cached_calibration(identity: list[str], command: Callable[[], list[str]], cache_dir: Path | None = None,
                        **options: Any) -> tuple[Calibration, Path]:
     """The calibration of a workload on this machine and rlscope version with ``options`` (those
@@ -279,14 +297,10 @@ def cached_calibration(identity: list[str], command: Callable[[], list[str]], ca
 
     Why a cache keyed by machine and version: per-event costs carry over between runs of one
     workload on one machine, not to another machine or rlscope version (``check_fits`` warns)."""
-    key = json.dumps({"workload": identity, "machine": machine_fingerprint(), "options": options}, sort_keys=True)
-    directory = (cache_dir or calibration_cache_dir()) / hashlib.sha256(key.encode()).hexdigest()[:16]
-    path = directory / CALIBRATION_FILE
-    if path.exists():
-        try:
-            return Calibration.load(path), path
-        except CalibrationError:
-            pass  # written by another rlscope version: calibrate afresh
+    path = _cache_path(identity, cache_dir, options)
+    if (found := find_cached_calibration(identity, cache_dir, **options)) is not None:
+        return Calibration.load(found), found
+    directory = path.parent
     calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
     if failures:
         path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
