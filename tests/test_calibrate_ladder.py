@@ -175,6 +175,10 @@ def test_a_cached_calibration_is_made_once_per_command_and_machine(tmp_path, mon
     calibrate_module.cached_calibration(["python", "other.py"], sized(100), tmp_path, startup_pairs=0)
     calibrate_module.cached_calibration(["python", "loop.py"], sized(100), tmp_path, startup_pairs=1)  # other options
     assert len(made) == 3 and len(list(tmp_path.iterdir())) == 3
+    # Looking one up never makes one: found for the same workload and options, else None.
+    assert calibrate_module.find_cached_calibration(["python", "loop.py"], tmp_path, startup_pairs=0) == path
+    assert calibrate_module.find_cached_calibration(["python", "loop.py"], tmp_path, startup_pairs=2) is None
+    assert len(made) == 3
 
 
 def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
