@@ -45,7 +45,10 @@ def test_a_missing_simulator_is_a_skipped_run_that_names_the_install(tmp_path, m
     shadow = tmp_path / "shadow" / "mujoco"
     shadow.mkdir(parents=True)
     (shadow / "__init__.py").write_text("raise ImportError('mujoco is not installed here')\n")
-    monkeypatch.setenv("PYTHONPATH", f"{shadow.parent}:{REPO}")
+    import os
+
+    monkeypatch.setenv("PYTHONPATH", os.pathsep.join(filter(None, (str(shadow.parent), str(REPO),
+                                                                   os.environ.get("PYTHONPATH")))))
     with pytest.raises(SkipRun, match=r"Hopper-v5 needs a simulator that is not installed .*"
                                       r"pip install 'rlscope\[sims\]'"):
         profiled_training("ppo", "Hopper-v5", 64, device="cpu")
