@@ -113,3 +113,23 @@ def test_each_case_study_runs_end_to_end_into_rows_and_figures(tmp_path, cli_env
     for figure in manifest["figures"]:
         pdf = tmp_path / "out" / "artifacts" / f"experiment_{name}" / f"{figure}.pdf"
         assert pdf.read_bytes().startswith(b"%PDF")
+
+
+def test_a_crash_inside_sb3_fails_its_run_and_the_sweep_goes_on(tmp_path, cli_env):
+    """TD3 refuses CartPole's discrete actions inside SB3: that run fails with its log named, and
+    the PPO run beside it finishes into results.csv."""
+    import yaml
+
+    manifest = yaml.safe_load((REPO / "configs" / "algorithm_choice.yaml").read_text())
+    manifest["params"]["env"] = "CartPole-v1"
+    manifest["grid"] = {"algorithm": ["td3", "ppo"]}
+    manifest["scales"]["quick"]["params"].update(timesteps=256)
+    manifest["figures"] = []
+    path = tmp_path / "crash.yaml"
+    path.write_text(yaml.safe_dump(manifest))
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "run", str(path), "--scale", "quick", "--output",
+                           str(tmp_path / "out")], capture_output=True, text=True, env=cli_env, timeout=600, cwd=REPO)
+    assert done.returncode == 1 and "Traceback" not in done.stderr
+    assert "algorithm-td3" in done.stderr and "log.txt" in done.stderr
+    results = pd.read_csv(tmp_path / "out" / "algorithm_choice" / "results.csv")
+    assert results.groupby("algorithm")["status"].first().to_dict() == {"ppo": "ok"}  # td3 finished nothing
