@@ -13,7 +13,7 @@ def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, mon
     from experiments.datacollection.profiled import MIN_CALIBRATION_BLOCKS, profiled_collection
 
     monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
-    result = profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True, calibration_seconds=2)
+    result = profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
     layers = {row["layer"]: row for row in result["rows"] if row["table"] == "breakdown"}
     assert "Python" in layers and all("corrected_seconds_per_iteration" in r for r in layers.values())
     assert sum(r["corrected_share"] for r in layers.values()) == pytest.approx(1.0)
@@ -27,7 +27,7 @@ def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, mon
     # 5 profiled iterations can all be warm-up (16 ms against 0.2 ms later): a calibration sized
     # from them alone had no complete block of windows, and no interval
     assert calibration.blocks >= MIN_CALIBRATION_BLOCKS
-    profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True, calibration_seconds=2)
+    profiled_collection("torch", 16, 1, iterations=5, device="cpu", calibrate=True)
     assert len(list((tmp_path / "rlscope" / "calibration").iterdir())) == 1  # the second run reused it
 
 

@@ -102,7 +102,8 @@ def profiled_steady(process: Any) -> dict[str, Any] | None:
 
 
 def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float, float] | None:
-    """The same for a profiled trace: its main process's (the one with most iterations)
+    """How fast a profiled trace ran, as ``window_costs.window_iteration`` says it of
+    calibration's windows: its main process's (the one with most iterations)
     ``rlscope.step()`` iterations, grouped into consecutive spans of at least ``span_ns`` as
     calibration's windows are, less trace writes; the median over spans of the time per
     iteration, and the CPU-side events per iteration. None without enough iterations."""

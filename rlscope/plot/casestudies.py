@@ -51,6 +51,17 @@ def _subtitle(meta: Mapping[str, Any], ok: pd.DataFrame) -> str:
             + (f", device: {device}" if device else ""))
 
 
+def _legend(fig: Figure, axes: Any, title: str, order: tuple[str, ...]) -> None:
+    """One legend for all panels: every label any panel drew, in ``order``."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    labels = [label for label in order if label in handles]
+    fig.legend([handles[label] for label in labels], labels, title=title, loc="upper right", fontsize=8,
+               title_fontsize=8)
+
+
 def casestudy_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Per operation (a panel each), per workload (a bar each): the share of the whole training
     time in each layer, stacked (mean over repetitions); corrected for profiling's overhead where
@@ -79,13 +90,7 @@ def casestudy_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
         ax.set_xlabel(_LABELS.get(column, column))
         ax.tick_params(axis="x", rotation=35, labelsize=8)
     axes[0][0].set_ylabel("share of training time (%)")
-    handles: dict[str, Any] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    labels = [layer for layer in STACK_ORDER if layer in handles]
-    fig.legend([handles[label] for label in labels], labels, title="resources in use", loc="upper right",
-               fontsize=8, title_fontsize=8)
+    _legend(fig, axes[0], "resources in use", STACK_ORDER)
     what = "corrected for profiling's overhead" if corrected else "as profiled, overhead included"
     fig.suptitle(f"Where training time goes, per operation and layer (rlscope), {what}\n"
                  f"{meta.get('description', '')}; {_subtitle(meta, results[results['status'] == 'ok'])}",
@@ -121,12 +126,7 @@ def casestudy_transitions(results: pd.DataFrame, meta: Mapping[str, Any]) -> Fig
         ax.set_title(operation if operation != UNANNOTATED else "outside operations", fontsize=9)
         ax.set_xlabel(_LABELS.get(column, column))
     axes[0][0].set_ylabel("transitions per iteration")
-    handles: dict[str, Any] = {}
-    for ax in axes[0]:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    fig.legend(list(handles.values()), list(handles), title="transition", loc="upper right", fontsize=8,
-               title_fontsize=8)
+    _legend(fig, axes[0], "transition", TRANSITIONS)
     fig.suptitle(f"Transitions between layers per iteration (one rollout + its training step)\n"
                  f"{meta.get('description', '')}; {_subtitle(meta, results[results['status'] == 'ok'])}",
                  fontsize=9)
