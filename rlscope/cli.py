@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
+from typing import Any
 
 import click
 
@@ -28,7 +29,7 @@ def cli() -> None:
 
 
 @cli.command()
-@click.argument("manifest", type=click.Path(path_type=Path))
+@click.argument("manifests", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--scale", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
               help="quick: minutes on a laptop CPU; full: the paper's sizes, for a GPU machine.")
 @click.option("--output", "output_dir", type=click.Path(path_type=Path), default=Path("output"), show_default=True,
@@ -37,14 +38,37 @@ def cli() -> None:
               help="Runs in flight at once (timings are cleanest with 1).")
 @click.option("--force", is_flag=True, help="Re-run runs that are already complete.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
-def run(manifest: Path, scale: str, output_dir: Path, jobs: int, force: bool, plot: bool) -> None:
-    """Run every point of MANIFEST's parameter grid; complete runs are reused."""
+def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, force: bool, plot: bool) -> None:
+    """Run every point of each MANIFEST's parameter grid; complete runs are reused.
+
+    With several manifests, a failed run in one never stops the others: the end lists every
+    manifest's runs (ok, failed, skipped) and the exit status is 1 if any run failed."""
     from rlscope.harness.executors import LocalExecutor
     from rlscope.harness.manifest import load_manifest
     from rlscope.harness.runner import run_sweep
 
-    spec = load_manifest(manifest, scale)
-    summary = run_sweep(spec, output_dir, executor=LocalExecutor(jobs=jobs), force=force)
+    specs = [load_manifest(path, scale) for path in manifests]  # every mistake before anything runs
+    summaries = []
+    for spec in specs:
+        summary = run_sweep(spec, output_dir, executor=LocalExecutor(jobs=jobs), force=force)
+        summaries.append((spec, summary))
+        _report(spec, scale, summary, output_dir, plot)
+        if summary.interrupted:
+            click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
+            sys.exit(EXIT_INTERRUPTED)
+    if len(summaries) > 1:
+        click.echo(f"\nsummary ({scale}):")
+        for spec, summary in summaries:
+            counts = ", ".join(f"{summary.count(s)} {s}" for s in ("ok", "reused", "skipped", "failed", "timeout"))
+            click.echo(f"  {spec.experiment}: {counts}")
+            for outcome in summary.failures:
+                click.echo(f"    {outcome.status} {outcome.run_id}: log {outcome.log}")
+    if any(summary.failures for _, summary in summaries):
+        sys.exit(EXIT_RUNS_FAILED)
+
+
+def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -> None:
+    """One manifest's outcome: counts, skipped runs and why, figures, failed runs with their logs."""
     counts = ", ".join(f"{summary.count(s)} {s}" for s in ("ok", "reused", "skipped", "failed", "timeout")
                        if summary.count(s))
     click.echo(f"{spec.experiment} ({scale}): {len(summary.outcomes)}/{summary.total} runs finished: {counts}")
@@ -53,15 +77,13 @@ def run(manifest: Path, scale: str, output_dir: Path, jobs: int, force: bool, pl
             click.echo(f"  skipped {outcome.run_id}: {outcome.message}")
     click.echo(f"results: {summary.results_csv}")
     if summary.interrupted:
-        click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
-        sys.exit(EXIT_INTERRUPTED)
+        return
     if plot and spec.figures and (summary.count("ok") or summary.count("reused")):
         _draw(summary.experiment_dir, output_dir / "artifacts")
     if summary.failures:
         click.echo(f"{len(summary.failures)} run(s) failed:", err=True)
         for outcome in summary.failures:
             click.echo(f"  {outcome.run_id}: {outcome.message}\n    log: {outcome.log}", err=True)
-        sys.exit(EXIT_RUNS_FAILED)
 
 
 @cli.command()

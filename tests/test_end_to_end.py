@@ -91,3 +91,28 @@ def test_full_scale_data_collection_runs_on_the_gpu(tmp_path: Path, cli_env: dic
     assert proc.returncode == 0, proc.stderr
     frame = pd.read_csv(tmp_path / "o" / "gpu_vectorization" / "results.csv")
     assert (frame["status"] == "ok").all() and set(frame["device"]) == {"cuda"}
+
+
+def test_several_manifests_run_on_past_a_failed_run_and_sum_up(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    """`make artifacts` runs every manifest in one `rlscope run`: a failed run in the first one
+    does not stop the second, the end lists both, and the exit status says a run failed."""
+    for name, params in (("first", "{fail_on: 2}"), ("second", "{}")):
+        (tmp_path / f"{name}.yaml").write_text(f"experiment: {name}\nworkload: tests.toy_workloads:echo\n"
+                                               f"params: {params}\ngrid: {{x: [1, 2]}}\n")
+    proc = rlscope("run", str(tmp_path / "first.yaml"), str(tmp_path / "second.yaml"), "--output",
+                   str(tmp_path / "out"), env=cli_env)
+    assert proc.returncode == 1 and "Traceback" not in proc.stderr
+    assert (tmp_path / "out" / "second" / "results.csv").exists()
+    summary = proc.stdout[proc.stdout.index("summary (quick):"):]
+    assert "first: 1 ok, 0 reused, 0 skipped, 1 failed, 0 timeout" in summary
+    assert "second: 2 ok" in summary
+    assert str(tmp_path / "out" / "first" / "runs" / "x-2" / "log.txt") in summary
+
+
+def test_a_bad_manifest_among_several_stops_before_anything_runs(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    (tmp_path / "good.yaml").write_text("experiment: good\nworkload: tests.toy_workloads:echo\ngrid: {x: [1]}\n")
+    (tmp_path / "bad.yaml").write_text("experiment: bad\nworkload: tests.toy_workloads:echo\ngird: {x: [1]}\n")
+    proc = rlscope("run", str(tmp_path / "good.yaml"), str(tmp_path / "bad.yaml"), "--output", str(tmp_path / "out"),
+                   env=cli_env)
+    assert proc.returncode == 2 and "bad.yaml" in proc.stderr and "Traceback" not in proc.stderr
+    assert not (tmp_path / "out" / "good").exists()
