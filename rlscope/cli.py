@@ -230,6 +230,29 @@ def _analyze(trace_dir: Path, calibration_file: Path | None = None, drop_corrupt
 
 
 @cli.command()
+@click.option("--scale", type=click.Choice(["quick", "full"]), default="quick", show_default=True,
+              help="What the checks must allow: quick (CPU side) or full (GPU collection too).")
+def doctor(scale: str) -> None:
+    """Check what rlscope can use here (Python, native modules, packages, GPU, CUPTI, NVML), with
+    the fix for each failure; exit 0 when everything SCALE needs works."""
+    from rlscope.doctor import failures, run_checks
+
+    checks = run_checks(scale)
+    width = max(len(c.name) for c in checks)
+    for check in checks:
+        mark = {True: "ok  ", False: "FAIL", None: "--  "}[check.ok]
+        line = f"{mark} {check.name:<{width}}  {check.detail}"
+        if check.ok is not True and check.fix:
+            line += f"\n     {'':<{width}}  fix: {check.fix}"
+        click.echo(line)
+    failed = failures(checks, scale)
+    if failed:
+        click.echo(f"{len(failed)} check(s) failed for {scale} scale: " + ", ".join(c.name for c in failed), err=True)
+        sys.exit(1)
+    click.echo(f"ready for {scale} scale")
+
+
+@cli.command()
 @click.argument("trace_dir", type=click.Path(path_type=Path))
 @click.option("--format", "fmt", type=click.Choice(["perfetto"]), default="perfetto", show_default=True,
               help="perfetto: Chrome trace-event JSON (ui.perfetto.dev, Holistic Trace Analysis).")
