@@ -62,6 +62,15 @@ def _legend(fig: Figure, axes: Any, title: str, order: tuple[str, ...]) -> None:
                title_fontsize=8)
 
 
+def _finish(fig: Figure, results: pd.DataFrame, meta: Mapping[str, Any], column: str, title: str) -> Figure:
+    """Title (with the survey, scale, steps and device), the skipped runs under the figure, layout."""
+    fig.suptitle(f"{title}\n{meta.get('description', '')}; {_subtitle(meta, results[results['status'] == 'ok'])}",
+                 fontsize=9)
+    note_skipped(fig, results, column)
+    fig.tight_layout(rect=(0, 0, 0.87, 1))
+    return fig
+
+
 def casestudy_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Per operation (a panel each), per workload (a bar each): the share of the whole training
     time in each layer, stacked (mean over repetitions); corrected for profiling's overhead where
@@ -92,12 +101,7 @@ def casestudy_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figur
     axes[0][0].set_ylabel("share of training time (%)")
     _legend(fig, axes[0], "resources in use", STACK_ORDER)
     what = "corrected for profiling's overhead" if corrected else "as profiled, overhead included"
-    fig.suptitle(f"Where training time goes, per operation and layer (rlscope), {what}\n"
-                 f"{meta.get('description', '')}; {_subtitle(meta, results[results['status'] == 'ok'])}",
-                 fontsize=9)
-    note_skipped(fig, results, column)
-    fig.tight_layout(rect=(0, 0, 0.87, 1))
-    return fig
+    return _finish(fig, results, meta, column, f"Where training time goes, per operation and layer (rlscope), {what}")
 
 
 def casestudy_transitions(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
@@ -127,9 +131,5 @@ def casestudy_transitions(results: pd.DataFrame, meta: Mapping[str, Any]) -> Fig
         ax.set_xlabel(_LABELS.get(column, column))
     axes[0][0].set_ylabel("transitions per iteration")
     _legend(fig, axes[0], "transition", TRANSITIONS)
-    fig.suptitle(f"Transitions between layers per iteration (one rollout + its training step)\n"
-                 f"{meta.get('description', '')}; {_subtitle(meta, results[results['status'] == 'ok'])}",
-                 fontsize=9)
-    note_skipped(fig, results, column)
-    fig.tight_layout(rect=(0, 0, 0.87, 1))
-    return fig
+    return _finish(fig, results, meta, column,
+                   "Transitions between layers per iteration (one rollout + its training step)")
