@@ -1,17 +1,21 @@
 """Stable-Baselines3 training under the profiler: where its time goes per operation and layer.
 
-The manifests' workload (``configs/algorithm_choice.yaml``, ``configs/simulator_choice.yaml``):
-runs ``experiments.casestudies.sb3_train`` under ``rlscope prof``, analyses the trace, and returns
-one row per operation and layer of the training process's main thread (seconds and share of the
-whole training time) and one per operation and transition type (per iteration, i.e. per
-rollout). The breakdown is corrected for profiling's overhead with a calibration of the same
-training on this machine: ``calibrate: true`` makes one if none is cached yet, ``calibrate: auto``
-(the default) uses one only where it exists, ``calibrate: false`` never.
+The manifests' workload (``configs/algorithm_choice.yaml``, ``configs/simulator_choice.yaml``,
+``configs/rl_framework_comparison.yaml``): runs ``experiments.casestudies.sb3_train`` under
+``rlscope prof``, analyses the trace, and returns one row per operation and layer of the training
+process's main thread (seconds and share of the whole training time) and one per operation and
+transition type (per iteration, i.e. per rollout). The breakdown is corrected for profiling's
+overhead with a calibration of the same training on this machine: ``calibrate: true`` makes one
+if none is cached yet, ``calibrate: auto`` (the default) uses one only where it exists,
+``calibrate: false`` never. ``baseline: true`` also trains once without the profiler and reports
+that run's ``model.learn`` time (``uninstrumented_learn_s``) beside the profiled one
+(``profiled_learn_s``): what a comparison of frameworks' speed rests on.
 """
 
 from __future__ import annotations
 
 import platform
+import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -19,7 +23,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun
 
-__all__ = ["profiled_training", "check_params", "training_rows"]
+__all__ = ["profiled_training", "check_params", "training_rows", "resolve_device"]
 
 CALIBRATION_TIMESTEPS_FACTOR = 2  # calibrate on runs this many times longer: checked on another length
 
@@ -30,6 +34,11 @@ def check_params(name: str, value: Any) -> str | None:
         from experiments.casestudies.sb3_train import env_problem
 
         return env_problem(value)
+    if name == "framework" and isinstance(value, str):
+        from experiments.casestudies.frameworks import FRAMEWORKS
+
+        if value not in FRAMEWORKS:
+            return f"unknown framework {value!r}; known: {', '.join(FRAMEWORKS)}"
     if name == "algorithm" and isinstance(value, str):
         from experiments.casestudies.sb3_train import ALGORITHMS
 
@@ -39,9 +48,11 @@ def check_params(name: str, value: Any) -> str | None:
 
 
 def _command(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None,
-             n_envs: int, subproc: bool) -> list[str]:
+             n_envs: int, subproc: bool, framework: str = "sb3") -> list[str]:
     command = [sys.executable, "-m", "experiments.casestudies.sb3_train", algorithm, env, str(timesteps), device,
                "--n-envs", str(n_envs)]
+    if framework != "sb3":
+        command += ["--framework", framework]
     if learning_starts is not None:
         command += ["--learning-starts", str(learning_starts)]
     return command + (["--subproc"] if subproc else [])
@@ -49,34 +60,48 @@ def _command(algorithm: str, env: str, timesteps: int, device: str, learning_sta
 
 def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "auto",
                       learning_starts: int | None = None, n_envs: int = 1, subproc: bool = False,
-                      calibrate: bool | str = "auto", timeout_s: float = 3600) -> dict[str, Any]:
+                      calibrate: bool | str = "auto", framework: str = "sb3", baseline: bool = False,
+                      timeout_s: float = 3600) -> dict[str, Any]:
     """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
-    from experiments.casestudies.sb3_train import SKIPPED_EXIT
     from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
 
-    device = _resolve_device(device)
-    command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc)
+    device = resolve_device(device)
+    command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc, framework)
+    timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rlscope-sb3-") as tmp:
+        if baseline:
+            plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   timeout=timeout_s)
+            timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
         log_path = Path(tmp) / "log.txt"
         with log_path.open("w") as log:
             trace, code = run_profiled(command, Path(tmp) / "trace", gpu=device.startswith("cuda"), stdout=log,
                                        timeout_s=timeout_s)
-        text = log_path.read_text()
-        if code == SKIPPED_EXIT:
-            raise SkipRun(text.strip().splitlines()[-1])
-        if code != 0:
-            raise RuntimeError(f"training failed (exit {code}):\n{text[-3000:]}")
+        timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
         calibration_path = None
         if calibrate not in (False, "auto", True):
             raise ValueError(f"calibrate: {calibrate!r}; use true, false or auto")
         if calibrate is not False:
-            calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, timeout_s,
-                                            make=calibrate is True)
+            calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, framework,
+                                            timeout_s, make=calibrate is True)
         tables = analyze_corrected(trace, calibration_path)
     result = training_rows(tables["breakdown"], tables["transitions"], corrected=calibration_path is not None)
-    return {**result, "device": device, "python": platform.python_version(), "timesteps": timesteps,
+    return {**result, **timings, "device": device, "python": platform.python_version(), "timesteps": timesteps,
             "steps_per_s": timesteps / result["training_s"] if result["training_s"] else float("nan")}
+
+
+def _learn_seconds(code: int, output: str) -> float:
+    """``model.learn``'s wall time from the training script's output; a skipped or failed training
+    raises (``SkipRun`` with the script's reason, RuntimeError with the end of its output)."""
+    from experiments.casestudies.sb3_train import LEARN_PREFIX, SKIPPED_EXIT
+
+    if code == SKIPPED_EXIT:
+        raise SkipRun(output.strip().splitlines()[-1])
+    lines = [line for line in output.splitlines() if line.startswith(LEARN_PREFIX)]
+    if code != 0 or not lines:
+        raise RuntimeError(f"training failed (exit {code}):\n{output[-3000:]}")
+    return float(lines[-1][len(LEARN_PREFIX):])
 
 
 def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> dict[str, Any]:
@@ -119,7 +144,7 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
             **({"corrected_training_s": corrected_total} if corrected else {})}
 
 
-def _resolve_device(device: str) -> str:
+def resolve_device(device: str) -> str:
     if device != "auto":
         return device
     import torch
@@ -128,16 +153,17 @@ def _resolve_device(device: str) -> str:
 
 
 def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,
-                 timeout_s: float, make: bool) -> Path | None:
+                 framework: str, timeout_s: float, make: bool) -> Path | None:
     """This training's calibration on this machine, on runs ``CALIBRATION_TIMESTEPS_FACTOR`` times
     as long as the profiled one: made once (``make``) and cached, or None where there is none."""
     from rlscope.calibrate import cached_calibration, find_cached_calibration
 
-    identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False)
+    identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False, framework)
     options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1}
     if not make:
         return find_cached_calibration(identity, **options)
     length = CALIBRATION_TIMESTEPS_FACTOR * timesteps
     _, path = cached_calibration(
-        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False), **options)
+        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False, framework),
+        **options)
     return path

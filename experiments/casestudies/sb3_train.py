@@ -1,13 +1,16 @@
 """Train a Stable-Baselines3 algorithm on a gymnasium environment, annotated for rlscope.
 
     python -m experiments.casestudies.sb3_train ALGORITHM ENV_ID TIMESTEPS DEVICE [--learning-starts N]
-        [--n-envs N] [--subproc]
+        [--n-envs N] [--subproc] [--framework sb3|sb3_compile|sbx]
 
-The case studies' training script (RL-Scope §2.5.2-2.5.3): ``model.learn(..., callback=
+The case studies' training script (RL-Scope §2.5.1-2.5.3): ``model.learn(..., callback=
 rlscope.integrations.sb3.Annotate())``, nothing else rlscope-specific. Hyperparameters are
 rl-zoo3's for MuJoCo (copied here, see ``HYPERPARAMETERS``) so each algorithm runs as its users
-would run it; ``--learning-starts`` shortens the off-policy algorithms' random warm-up for short
-runs. A missing simulator exits with ``SKIPPED_EXIT`` and the ``pip install`` that fixes it.
+would run it, and the same in every framework (``experiments.casestudies.frameworks``);
+``--learning-starts`` shortens the off-policy algorithms' random warm-up for short runs. A missing
+simulator or framework exits with ``SKIPPED_EXIT`` and the ``pip install`` that fixes it. The last
+line printed is ``learn_s=SECONDS``, the wall time of ``model.learn`` (the uninstrumented
+baseline of a profiled run).
 """
 
 from __future__ import annotations
@@ -15,9 +18,14 @@ from __future__ import annotations
 import argparse
 import difflib
 import sys
+import time
 from typing import Any
 
-SKIPPED_EXIT = 3  # the script's exit code when its simulator is not installed (reason on stderr)
+from experiments.casestudies.frameworks import COMPILABLE, FRAMEWORKS, INSTALL as FRAMEWORK_INSTALL
+from experiments.casestudies.frameworks import algorithm_class, framework_problem, prepare
+
+SKIPPED_EXIT = 3  # the script's exit code when its simulator or framework is not installed (reason on stderr)
+LEARN_PREFIX = "learn_s="  # the line that reports model.learn's wall time
 
 # rl-zoo3's MuJoCo hyperparameters (hyperparams/*.yml, MuJoCo sections): PPO's tuned Walker2d
 # values; A2C, SAC, TD3 and DDPG the zoo's MuJoCo defaults. "normalize" wraps the VecEnv in
@@ -57,11 +65,10 @@ def env_problem(env_id: str) -> str | None:
 
 
 def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | None = None, n_envs: int = 1,
-               subproc: bool = False, seed: int = 0) -> Any:
-    """The SB3 model with rl-zoo3's hyperparameters, on a vectorised ``env_id``."""
+               subproc: bool = False, seed: int = 0, framework: str = "sb3") -> Any:
+    """The ``framework``'s model with rl-zoo3's hyperparameters, on a vectorised ``env_id``."""
     import gymnasium as gym
     import numpy as np
-    import stable_baselines3 as sb3
     from stable_baselines3.common.env_util import make_atari_env, make_vec_env
     from stable_baselines3.common.noise import NormalActionNoise
     from stable_baselines3.common.vec_env import SubprocVecEnv, VecFrameStack, VecNormalize
@@ -92,7 +99,9 @@ def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | 
         params["policy_kwargs"] = {"net_arch": params.pop("net_arch")}
     if policy == "CnnPolicy" and "buffer_size" not in params and algorithm in ("sac", "td3", "ddpg"):
         params["buffer_size"] = 100_000  # images: the default million frames would not fit a laptop
-    cls = getattr(sb3, algorithm.upper())
+    if framework == "sbx" and "learning_rate" in params:
+        params["qf_learning_rate"] = params["learning_rate"]  # SB3 uses one rate for actor and critic
+    cls = algorithm_class(framework, algorithm, device)
     return cls(policy, env, device=device, seed=seed, verbose=0, **params)
 
 
@@ -105,20 +114,35 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--learning-starts", type=int, default=None)
     parser.add_argument("--n-envs", type=int, default=1)
     parser.add_argument("--subproc", action="store_true", help="step the environments in SubprocVecEnv workers")
+    parser.add_argument("--framework", choices=FRAMEWORKS, default="sb3")
     args = parser.parse_args(argv)
+    problem = framework_problem(args.framework, args.algorithm)
+    if problem:
+        parser.error(problem)
     import gymnasium as gym
 
     from rlscope.integrations.sb3 import Annotate
 
     try:
+        algorithm_class(args.framework, args.algorithm, args.device)
+    except ImportError as err:
+        fix = FRAMEWORK_INSTALL.get(args.framework, "pip install 'rlscope[rl]'")
+        print(f"the {args.framework} framework is not installed ({err}); {fix}", file=sys.stderr)
+        return SKIPPED_EXIT
+    try:
         model = make_model(args.algorithm, args.env_id, args.device, args.learning_starts, args.n_envs,
-                           args.subproc)
+                           args.subproc, framework=args.framework)
     except (ImportError, gym.error.DependencyNotInstalled) as err:
         fix = next(v for k, v in INSTALL.items() if args.env_id.startswith(k))
         print(f"{args.env_id} needs a simulator that is not installed ({err}); {fix}", file=sys.stderr)
         return SKIPPED_EXIT
+    if args.algorithm in COMPILABLE:  # the algorithms prepare() knows how to warm up and put back
+        prepare(model, args.framework, args.n_envs)
+    start = time.perf_counter()
     model.learn(args.timesteps, callback=Annotate())
+    learn_s = time.perf_counter() - start
     model.get_env().close()
+    print(f"{LEARN_PREFIX}{learn_s:.6f}", flush=True)
     return 0
 
 

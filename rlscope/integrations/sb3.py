@@ -1,12 +1,16 @@
 """Annotate any Stable-Baselines3 algorithm's training with RL-Scope's operations, without
-forking SB3: one callback.
+forking SB3: one callback. It works for SBX (Stable-Baselines3 in JAX) too, whose algorithms are
+SB3's with JAX networks.
 
     import rlscope.integrations.sb3
     model.learn(total_timesteps, callback=rlscope.integrations.sb3.Annotate())
 
-- ``inference``: the forward pass of the network SB3 acts with while it collects experience (the
-  policy of an on-policy algorithm, the actor or Q-network of an off-policy one), through a torch
-  forward hook that is live only during rollouts (the same network also runs inside ``train()``);
+- ``inference``: choosing actions while collecting experience. Off-policy algorithms (SB3's and
+  SBX's) choose them with ``policy.predict``, wrapped for the length of training: observation to
+  tensor, the actor's or Q-network's forward pass, and the copy of the actions back to NumPy
+  (which waits for the device). On-policy SB3 calls the policy's forward itself, so there a torch
+  forward hook is the mark. Both are live only during rollouts (the same networks run inside
+  ``train()``);
 - ``simulation``: the vectorised environment's step, through a ``VecEnvWrapper`` put around the
   model's environment when training starts and taken off when it ends;
 - ``backpropagation``: from the end of one rollout to the start of the next, which is SB3's
@@ -24,14 +28,15 @@ from __future__ import annotations
 from typing import Any
 
 import gymnasium as gym
+import torch
 from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 import rlscope
 
-__all__ = ["Annotate", "AnnotatedVecEnv", "SimulationWrapper", "acting_network", "INFERENCE", "SIMULATION",
-           "BACKPROPAGATION", "DATA_COLLECTION", "TRAINING"]
+__all__ = ["Annotate", "AnnotatedVecEnv", "SimulationWrapper", "INFERENCE", "SIMULATION", "BACKPROPAGATION",
+           "DATA_COLLECTION", "TRAINING"]
 
 INFERENCE, SIMULATION, BACKPROPAGATION = "inference", "simulation", "backpropagation"
 DATA_COLLECTION, TRAINING = "data_collection", "training"
@@ -77,20 +82,6 @@ class SimulationWrapper(gym.Wrapper):
             return self.env.step(action)
 
 
-def acting_network(model: Any) -> Any:
-    """The torch module whose forward pass chooses actions while ``model`` collects experience:
-    the policy of an on-policy algorithm (SB3 calls it), else the policy's actor (SAC, TD3,
-    DDPG) or Q-network (DQN), which ``predict`` calls."""
-    policy = model.policy
-    if isinstance(model, OnPolicyAlgorithm):
-        return policy
-    for name in ("actor", "q_net"):
-        network = getattr(policy, name, None)
-        if network is not None:
-            return network
-    return policy
-
-
 class Annotate(BaseCallback):
     """The SB3 callback that annotates training (see the module docstring)."""
 
@@ -106,9 +97,24 @@ class Annotate(BaseCallback):
         if not isinstance(self.model.env, AnnotatedVecEnv):
             self._wrapped = AnnotatedVecEnv(self.model.env)
             self.model.set_env(self._wrapped, force_reset=False)  # learn() reads model.env each rollout
-        network = acting_network(self.model)
-        self._hooks = [network.register_forward_pre_hook(self._before_forward),
-                       network.register_forward_hook(self._after_forward, always_call=True)]
+        policy = self.model.policy
+        if not isinstance(self.model, OnPolicyAlgorithm):
+            policy.predict = self._annotated(policy.predict)  # an instance attribute: SB3 calls policy.predict
+        elif isinstance(policy, torch.nn.Module):
+            self._hooks = [policy.register_forward_pre_hook(self._before_forward),
+                           policy.register_forward_hook(self._after_forward, always_call=True)]
+        else:
+            raise TypeError(f"{type(self.model).__name__}: on-policy algorithms are annotated through a torch "
+                            f"forward hook, and this policy ({type(policy).__name__}) is not a torch module")
+
+    def _annotated(self, predict: Any) -> Any:
+        def predict_as_inference(*args: Any, **kwargs: Any) -> Any:
+            if not self._collecting:
+                return predict(*args, **kwargs)
+            with rlscope.operation(INFERENCE):
+                return predict(*args, **kwargs)
+
+        return predict_as_inference
 
     def _on_rollout_start(self) -> None:
         self._end_training()
@@ -130,6 +136,7 @@ class Annotate(BaseCallback):
         for hook in self._hooks:
             hook.remove()
         self._hooks = []
+        self.model.policy.__dict__.pop("predict", None)
         if self._wrapped is not None and self.model.env is self._wrapped:
             self.model.set_env(self._wrapped.venv, force_reset=False)
         self._wrapped = None

@@ -13,7 +13,10 @@ FIGURES: dict[str, str] = {
     "fusion_speedup_grid": "rlscope.plot.datacollection:fusion_speedup_grid",
     "simulator_comparison": "rlscope.plot.datacollection:simulator_comparison",
     "casestudy_breakdown": "rlscope.plot.casestudies:casestudy_breakdown",
+    "casestudy_time": "rlscope.plot.casestudies:casestudy_time",
     "casestudy_transitions": "rlscope.plot.casestudies:casestudy_transitions",
+    "scale_up_gpu": "rlscope.plot.scale_up:scale_up_gpu",
+    "scale_up_breakdown": "rlscope.plot.scale_up:scale_up_breakdown",
 }
 
 __all__ = ["FIGURES"]
