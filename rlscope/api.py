@@ -133,7 +133,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     """
     if _bound is not None:  # already profiled (rlscope prof, or an outer profile())
         if process:
-            _bound.process = process
+            _bound.rename(process)
         if phase:
             _bound.set_phase(phase)
         yield

@@ -16,7 +16,12 @@ from rlscope.analyze.overlap import UNANNOTATED, outermost
 from rlscope.trace.reader import ProcessTrace, operation_at
 from rlscope.trace.schema import Kind
 
-__all__ = ["gpu_by_operation", "utilisation_timeline", "union_ns"]
+__all__ = ["gpu_by_operation", "utilisation_timeline", "union_ns", "gpu_use_across", "GPU_WORK", "GPU_BOUND",
+           "NVML_MEASURES"]
+
+GPU_WORK = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))  # what keeps a GPU busy
+GPU_BOUND = "GPU-bound (kernels+copies)"
+NVML_MEASURES = (("nvidia-smi utilization.gpu", "gpu_util_pct"), ("SM utilisation (GPM)", "sm_util_pct"))
 
 _ACTIVITY = {
     int(Kind.GPU_KERNEL): "kernels",
@@ -101,7 +106,7 @@ def utilisation_timeline(trace: ProcessTrace, bin_s: float = 0.5) -> pd.DataFram
     ev = trace.events
     t0 = int(trace.meta["start_ns"])
     t1 = int(trace.meta.get("end_ns") or t0)
-    gpu = ev[ev["kind"].isin([int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)])]
+    gpu = ev[ev["kind"].isin(GPU_WORK)]
     if gpu.empty and (trace.utilisation is None or trace.utilisation.empty):
         return pd.DataFrame(columns=columns)
     bin_ns = int(bin_s * 1e9)
@@ -112,14 +117,13 @@ def utilisation_timeline(trace: ProcessTrace, bin_s: float = 0.5) -> pd.DataFram
         width = np.diff(edges).astype(np.float64)
         width[-1] = max(1, min(bin_ns, t1 - edges[-2]))
         for i, b in enumerate(busy):
-            rows.append((trace.process, int(device), (edges[i] - t0) / 1e9, "GPU-bound (kernels+copies)",
+            rows.append((trace.process, int(device), (edges[i] - t0) / 1e9, GPU_BOUND,
                          100.0 * b / width[i]))
     util = trace.utilisation
     if util is not None and not util.empty:
         util = util[(util["time_ns"] >= t0) & (util["time_ns"] <= t1)]
         which = np.clip(((util["time_ns"] - t0) // bin_ns).to_numpy(), 0, len(edges) - 2)
-        for measure, column in (("nvidia-smi utilization.gpu", "gpu_util_pct"),
-                                ("SM utilisation (GPM)", "sm_util_pct")):
+        for measure, column in NVML_MEASURES:
             values = pd.DataFrame({"device": util["device"].to_numpy(), "bin": which,
                                    "v": pd.to_numeric(util[column], errors="coerce").to_numpy()}).dropna()
             for (device, b), v in values.groupby(["device", "bin"])["v"].mean().items():
@@ -138,3 +142,37 @@ def _binned_union(starts: np.ndarray, ends: np.ndarray, edges: np.ndarray) -> np
     last = np.maximum(k - 1, 0)
     covered = np.where(k > 0, cum[last] + np.minimum(edges, be[last]) - bs[last], 0)
     return np.diff(covered).astype(np.float64)
+
+
+def gpu_use_across(processes: list[ProcessTrace], start_ns: int, end_ns: int) -> pd.DataFrame:
+    """Per GPU, over the window [start_ns, end_ns) of processes that share it: the true GPU-bound
+    share (the union of every process's kernel, copy and memset intervals, clipped to the window;
+    work of two processes at once counts once), against the mean of nvidia-smi's
+    ``utilization.gpu`` and of GPM's SM utilisation sampled in the window.
+
+    Columns: ``device, measure`` (as ``utilisation_timeline`` names them), ``percent``, ``samples``
+    (intervals for the GPU-bound share, NVML samples for the others).
+    """
+    columns = ["device", "measure", "percent", "samples"]
+    if end_ns <= start_ns:
+        raise ValueError(f"empty window: [{start_ns}, {end_ns})")
+    work = [p.events[p.events["kind"].isin(GPU_WORK)] for p in processes]
+    work = pd.concat([w for w in work if not w.empty] or [pd.DataFrame(columns=["category", "start_ns", "end_ns"])])
+    rows = []
+    for device, group in work.groupby("category"):
+        starts = np.clip(group["start_ns"].to_numpy(np.int64), start_ns, end_ns)
+        ends = np.clip(group["end_ns"].to_numpy(np.int64), start_ns, end_ns)
+        inside = ends > starts
+        busy = union_ns(starts[inside], ends[inside])
+        rows.append((int(device), GPU_BOUND, 100.0 * busy / (end_ns - start_ns), int(inside.sum())))
+    # Every process samples the same devices, each on its own wake-ups: read one process's samples,
+    # the one with most in the window (the longest-lived), so that each sample counts once.
+    windowed = [u[(u["time_ns"] >= start_ns) & (u["time_ns"] < end_ns)]
+                for u in (p.utilisation for p in processes) if u is not None and not u.empty]
+    if windowed:
+        util = max(windowed, key=len)
+        for measure, column in NVML_MEASURES:
+            values = pd.DataFrame({"device": util["device"], "v": pd.to_numeric(util[column], errors="coerce")})
+            for device, v in values.dropna().groupby("device")["v"]:
+                rows.append((int(device), measure, float(v.mean()), len(v)))
+    return pd.DataFrame(rows, columns=columns)

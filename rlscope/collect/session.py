@@ -65,6 +65,10 @@ class WallClock:
         self.dir = directory / f"{process or _process_name()}.{os.getpid()}"
         self.process = process or _process_name()
 
+    def rename(self, process: str) -> None:
+        """Name the process in its results (``rlscope.profile(process=...)``)."""
+        self.process = process
+
     def first_step(self) -> None:
         """The first rlscope.step(): remembered, then step() is a no-op again. Validation compares
         runs from here on too, without the interpreter's start-up (imports, CUDA initialisation),
@@ -107,6 +111,14 @@ class Session:
         self._forked = False
         self._phase_start = 0
         self.active = False
+
+    def rename(self, process: str) -> None:
+        """Name the process in its results (``rlscope.profile(process=...)`` under ``rlscope prof``,
+        which started the session before the script could name it); the trace folder keeps the
+        name it was created with."""
+        self.process = process
+        if self.active:
+            self._meta["process"] = process
 
     # Lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
