@@ -111,7 +111,8 @@ def test_nested_profile_only_renames(tmp_path: Path) -> None:
                 pass
     assert not (tmp_path / "ignored").exists()
     (proc,) = read_trace(tmp_path)
-    assert proc.meta["process"] == "outer"  # the directory was named at start
+    assert proc.meta["process"] == "renamed"  # results name it as the inner profile() asked
+    assert proc.directory.name.startswith("outer.")  # the directory keeps the name it started with
 
 
 def _child_work() -> None:

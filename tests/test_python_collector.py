@@ -175,3 +175,40 @@ def test_native_buffers_are_resident_from_the_start(recorder: str) -> None:
     assert _resident_bytes() - before >= 0.9 * size
     buffer.drain(refill=False)  # the last drain leaves nothing behind
     assert _resident_bytes() - before < 0.1 * size
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook sees builtins only")
+def test_a_callable_the_program_drops_dies_while_its_calls_are_recorded(tmp_path: Path) -> None:
+    """Classifications are cached per callable, weakly: keeping the program's callables alive would
+    change the program (TorchDynamo's compilation failed its global-state check when it did)."""
+    import functools
+    import gc
+    import weakref
+
+    with rlscope.profile(tmp_path, transitions=True, gpu=False):
+        square = functools.lru_cache(lambda v: v * v)  # a C callable with a name: cached by address
+        assert square(3) == 9
+        alive = weakref.ref(square)
+        del square
+        gc.collect()
+        assert alive() is None
+        again = functools.lru_cache(lambda v: v + 1)  # may take the address the last one had
+        assert again(3) == 4
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="the failure was in sys.monitoring's collector (3.12+)")
+def test_torch_compile_traces_a_grad_mode_block_while_transitions_are_recorded(tmp_path: Path) -> None:
+    class Net(torch.nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.layer = torch.nn.Linear(4, 2)
+
+        def forward(self, x: torch.Tensor) -> torch.Tensor:
+            with torch.set_grad_enabled(False):
+                x = x * 2
+            return self.layer(x)
+
+    net = Net()
+    net.compile()
+    with rlscope.profile(tmp_path, transitions=True, gpu=False), torch.no_grad():
+        assert net(torch.zeros(3, 4)).shape == (3, 2)

@@ -50,9 +50,23 @@ void reserve_touched(std::vector<int64_t> &rows, size_t values) {
     rows.clear();  // keeps the capacity
 }
 
+// What the classification cache is keyed by: the callable, or for a builtin its method record
+// and what it is bound to (``Collector::lookup``).
+struct Key {
+    const void *callable;
+    const void *owner;
+    bool operator==(const Key &other) const { return callable == other.callable && owner == other.owner; }
+};
+struct KeyHash {
+    size_t operator()(const Key &k) const {
+        return std::hash<const void *>()(k.callable) * 31 + std::hash<const void *>()(k.owner);
+    }
+};
+
 struct Info {
     int64_t category = 0;  // 0: not a target
     int64_t name = 0;
+    PyObject *ref = nullptr;  // a weak reference to the callable, for those cached by address
 };
 
 struct ThreadStack {
@@ -72,18 +86,29 @@ public:
     }
     ~Collector() {
         for (PyObject *o : owned_) Py_DECREF(o);
+        for (auto &entry : cache_) Py_XDECREF(entry.second.ref);
     }
     Collector(const Collector &) = delete;
     Collector &operator=(const Collector &) = delete;
 
     Info lookup(PyObject *func) {
         // A builtin bound to an instance (tensor.argmax on 3.11) is a new object on every call,
-        // but its PyMethodDef is the same static record: key those by the record.
+        // but its PyMethodDef is the same static record: key those by the record and what they
+        // are bound to: the instance's type (a record inherited from object, like __reduce_ex__,
+        // serves every type: torch's and set's are not the same target) or the module.
         const bool builtin = PyCFunction_Check(func);
-        const void *key = builtin ? static_cast<const void *>(reinterpret_cast<PyCFunctionObject *>(func)->m_ml)
-                                  : static_cast<const void *>(func);
+        Key key{func, nullptr};
+        if (builtin) {
+            PyObject *self = PyCFunction_GET_SELF(func);
+            PyObject *owner = self == nullptr || PyModule_Check(self) ? self : reinterpret_cast<PyObject *>(Py_TYPE(self));
+            key = Key{reinterpret_cast<PyCFunctionObject *>(func)->m_ml, owner};
+        }
         auto it = cache_.find(key);
-        if (it != cache_.end()) return it->second;
+        if (it != cache_.end()) {
+            if (it->second.ref == nullptr || alive(it->second.ref, func)) return it->second;
+            Py_DECREF(it->second.ref);  // that callable died and this one took its address
+            cache_.erase(it);
+        }
         Info info;
         bool cacheable = true;
         nb::object result = classify_(nb::handle(func));  // (category, name id, cacheable) or None
@@ -94,13 +119,36 @@ public:
             cacheable = nb::cast<bool>(t[2]);
         }
         if (builtin) {
+            if (key.owner != nullptr) {
+                Py_INCREF(const_cast<PyObject *>(static_cast<const PyObject *>(key.owner)));  // its address stays its own
+                owned_.push_back(const_cast<PyObject *>(static_cast<const PyObject *>(key.owner)));
+            }
             cache_.emplace(key, info);
         } else if (cacheable) {
-            Py_INCREF(func);  // keeps the key alive, so its address cannot be reused
-            owned_.push_back(func);
+            // A weak reference tells a later callable at the same address from this one, without
+            // keeping this one alive: callables of the program must die when the program drops
+            // them (TorchDynamo's compilation depends on it). The few that take no weak
+            // reference (numpy's ufuncs) are module-level definitions: those are kept.
+            info.ref = PyWeakref_NewRef(func, nullptr);
+            if (info.ref == nullptr) {
+                PyErr_Clear();
+                Py_INCREF(func);
+                owned_.push_back(func);
+            }
             cache_.emplace(key, info);
         }
         return info;
+    }
+
+    static bool alive(PyObject *ref, PyObject *func) {
+#if PY_VERSION_HEX >= 0x030D0000
+        PyObject *object = nullptr;
+        if (PyWeakref_GetRef(ref, &object) < 0) PyErr_Clear();
+        Py_XDECREF(object);  // only its address is compared
+        return object == func;
+#else
+        return PyWeakref_GetObject(ref) == func;
+#endif
     }
 
     void enter() {
@@ -180,7 +228,7 @@ private:
     nb::object disable_;
     nb::callable on_full_;
     size_t flush_values_;
-    std::unordered_map<const void *, Info> cache_;
+    std::unordered_map<Key, Info, KeyHash> cache_;
     std::vector<PyObject *> owned_;
     std::vector<int64_t> rows_;
     uint64_t generation_;

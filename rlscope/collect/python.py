@@ -130,8 +130,14 @@ class TransitionCollector:
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
-        """(category, name id) for a target native callable, else None; cached per callable."""
-        key = func if _cacheable(func) else (type(func.__self__), getattr(func, "__name__", None))
+        """(category, name id) for a target native callable, else None; cached per callable (a
+        method bound to an instance: per type and name; a callable instance: not cached)."""
+        if _cacheable(func):
+            key = func
+        elif hasattr(func, "__self__"):
+            key = (type(func.__self__), getattr(func, "__name__", None))
+        else:
+            return self._compute(func)
         try:
             return self._cache[key]
         except KeyError:
@@ -326,6 +332,12 @@ class TransitionCollector:
 
 
 def _cacheable(func: Any) -> bool:
-    """Callables bound to an instance are not cached: the cache would keep the instance alive."""
+    """Whether a callable's classification is cached, which keeps it alive. Definitions are
+    (functions, builtins, types, ufuncs: what has a ``__name__``), unless bound to an instance;
+    callable instances are not (partials, weak references, modules, context managers): keeping
+    them alive would change the program, e.g. when their finalisers run. TorchDynamo's tracing
+    of a compiled function fails its global-state check when it does."""
+    if not isinstance(getattr(func, "__name__", None), str):
+        return False
     bound = getattr(func, "__self__", None)
     return bound is None or isinstance(bound, (types.ModuleType, type))
