@@ -80,7 +80,7 @@ def scale_up_rows(processes: list[Any]) -> dict[str, Any]:
 
     start, end = _window(processes, RUNNING)
     rows: list[dict[str, Any]] = [
-        {"table": "gpu", "device": int(r.device), "measure": r.measure, "percent": float(r.percent),
+        {"table": "gpu", "gpu": int(r.device), "measure": r.measure, "percent": float(r.percent),
          "samples": int(r.samples)} for r in gpu_use_across(processes, start, end).itertuples()]
     tables = analyze_processes(processes)
     breakdown = tables["breakdown"]

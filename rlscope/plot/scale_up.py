@@ -26,6 +26,8 @@ PANELS = (("learner", "backpropagation"), ("learner", UNANNOTATED), ("worker", "
 
 def _subtitle(results: pd.DataFrame, meta: Mapping[str, Any]) -> str:
     ok = results[results["status"] == "ok"]
+    if "table" in ok:
+        ok = ok[ok["table"] != "gpu"]  # the run's device, not the GPU index of its measures
     devices = ", ".join(sorted({str(d) for d in ok.get("device", pd.Series(dtype=str)).dropna()}))
     windows = ok.get("window_s", pd.Series(dtype=float)).dropna()
     window = f", {windows.mean():.0f} s together per run" if not windows.empty else ""
@@ -51,7 +53,7 @@ def scale_up_gpu(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     gpu_ax.set(xscale="log", ylim=(0, 105), xlabel="actor processes M", ylabel="GPU utilisation (%)",
                title="GPU use: reported vs true (all processes)")
     if gpu_ax.get_legend_handles_labels()[0]:
-        gpu_ax.legend(fontsize=8, loc="upper left")
+        gpu_ax.legend(fontsize=8, loc="center right")
     runs = ok.drop_duplicates("run_id").sort_values("workers") if "run_id" in ok else ok
     for column, label, color in (("worker_steps_per_s", "actors' environment steps/s (all)", "#8172b2"),
                                  ("learner_updates_per_s", "learner's updates/s", "#55a868")):
