@@ -2,9 +2,4 @@
 # RL-Scope paper, Fig. 4: TD3 and DDPG on MuJoCo Walker2d in SB3 (PyTorch eager), SB3 + torch.compile and SBX (JAX).
 # Usage: experiments/experiment_RL_framework_comparison.sh [quick|full] [extra `rlscope run` options]
 # Figures: output/artifacts/experiment_RL_framework_comparison/ (`--output DIR` moves the whole tree).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scale="${1:-quick}"
-shift || true
-make --no-print-directory install
-exec .venv/bin/rlscope run configs/rl_framework_comparison.yaml --scale "$scale" "$@"
+exec "$(dirname "$0")/run_manifest.sh" configs/rl_framework_comparison.yaml "$@"

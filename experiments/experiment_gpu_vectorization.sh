@@ -2,9 +2,4 @@
 # Paper "Optimizing Data Collection in Deep RL", Fig. 4: CartPole data-collection throughput vs N.
 # Usage: experiments/experiment_gpu_vectorization.sh [quick|full] [extra `rlscope run` options]
 # Figures: output/artifacts/experiment_gpu_vectorization/ (`--output DIR` moves the whole tree).
-set -euo pipefail
-cd "$(dirname "$0")/.."
-scale="${1:-quick}"
-shift || true
-make --no-print-directory install
-exec .venv/bin/rlscope run configs/gpu_vectorization.yaml --scale "$scale" "$@"
+exec "$(dirname "$0")/run_manifest.sh" configs/gpu_vectorization.yaml "$@"
