@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 
 from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
 from rlscope.plot.render import note_skipped
-from rlscope.plot.throughput import backend_label
+from rlscope.plot.throughput import backend_label, backend_palette
 
 __all__ = ["breakdown_vs_fused_steps", "transitions_vs_fused_steps", "fusion_throughput", "fusion_speedup_grid",
            "simulator_comparison"]
@@ -99,7 +99,7 @@ def fusion_throughput(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     ok["K"] = [f"K = {k}" for k in ok["fused_steps"]]
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     sns.lineplot(data=ok, x="num_envs", y="steps_per_s", hue="implementation", style="K", markers=True,
-                 errorbar="sd", ax=ax)
+                 palette=backend_palette(ok), errorbar="sd", ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("parallel environments N")

@@ -12,7 +12,7 @@ from matplotlib.figure import Figure
 
 from rlscope.plot.render import note_skipped
 
-__all__ = ["throughput_vs_envs", "backend_label"]
+__all__ = ["throughput_vs_envs", "backend_label", "backend_palette", "BACKEND_COLORS"]
 
 _BACKEND_NAMES = {
     "gymnasium": "gymnasium, N envs in a Python loop",
@@ -23,24 +23,43 @@ _BACKEND_NAMES = {
     "jax": "JAX / XLA (lax.scan over K steps)",
     "cuda": "CUDA kernel (K steps per launch)",
 }
+# One colour per implementation in every figure of the study (seaborn's colour-blind palette).
+BACKEND_COLORS = dict(zip(_BACKEND_NAMES, sns.color_palette("colorblind", len(_BACKEND_NAMES)).as_hex()))
+_CPU_SIMULATORS = ("gymnasium", "numpy", "cpp")  # they step on the CPU whatever the policy's device
 
 
 def backend_label(row: Mapping[str, Any]) -> str:
-    """Legend text naming the implementation and where it ran."""
+    """Legend text naming the implementation and where it ran: a CPU simulator with its policy on
+    a GPU says both."""
     name = _BACKEND_NAMES.get(row["backend"], str(row["backend"]))
-    extra = [str(row["device"])] if "device" in row and isinstance(row["device"], str) else []
+    device = row["device"] if "device" in row and isinstance(row["device"], str) else None
+    extra = []
+    if device is not None:
+        on_cpu = row["backend"] in _CPU_SIMULATORS and device != "cpu"
+        extra.append(f"simulator cpu, policy {device}" if on_cpu else device)
     if row["backend"] == "cpp" and "threads" in row and row["threads"] == row["threads"]:
         extra.append(f"{int(row['threads'])} threads")
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
+def backend_palette(frame: pd.DataFrame) -> dict[str, str]:
+    """Each implementation label of ``frame`` (its ``implementation`` column) in its backend's colour."""
+    pairs = frame[["implementation", "backend"]].drop_duplicates()
+    return {label: BACKEND_COLORS.get(backend, "#333333") for label, backend in pairs.itertuples(index=False)}
+
+
 def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
-    """Samples/s against N parallel environments, log-log, one line per implementation."""
+    """Samples/s against N parallel environments, log-log: one colour per implementation, one
+    line style per K (steps per call), so K = 1 and K = 1000 are separate lines."""
     ok = results[results["status"] == "ok"].copy()
     ok["implementation"] = ok.apply(backend_label, axis=1)
-    fig, ax = plt.subplots(figsize=(7.5, 4.8))
-    sns.lineplot(data=ok, x="num_envs", y="samples_per_s", hue="implementation", style="implementation",
-                 markers=True, dashes=False, errorbar="sd", ax=ax)
+    style = None
+    if "fused_steps" in ok:
+        ok["K"] = [f"K = {int(k)}" for k in ok["fused_steps"]]
+        style = "K"
+    fig, ax = plt.subplots(figsize=(8.5, 5.2))
+    sns.lineplot(data=ok, x="num_envs", y="samples_per_s", hue="implementation", style=style, markers=True,
+                 palette=backend_palette(ok), errorbar="sd", ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("parallel environments N")
@@ -49,7 +68,7 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
     ax.set_title(f"CartPole data collection throughput vs N ({policy})\n"
                  f"{meta.get('scale', '')} scale, mean ± sd over repetitions", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
-    ax.legend(title="implementation (device)", fontsize=8, title_fontsize=8)
+    ax.legend(title="implementation (device); steps per call", fontsize=7, title_fontsize=8)
     note_skipped(fig, results, "backend")
     fig.tight_layout()
     return fig

@@ -1,0 +1,44 @@
+"""The data-collection throughput figure (Fig. 4): K = 1 and K = 1000 are separate lines, a
+backend keeps its colour in every figure, and a CPU simulator with its policy on a GPU says so."""
+
+from __future__ import annotations
+
+import matplotlib
+import pandas as pd
+from matplotlib.colors import to_hex
+
+from rlscope.plot.datacollection import fusion_throughput
+from rlscope.plot.throughput import BACKEND_COLORS, backend_label, throughput_vs_envs
+
+matplotlib.use("Agg")
+
+
+def _results(column: str) -> pd.DataFrame:
+    rows = [{"status": "ok", "backend": b, "device": "cuda", "num_envs": n, "fused_steps": k, column: float(n * k)}
+            for b in ("gymnasium", "jax") for k in (1, 1000) for n in (1, 64, 4096)]
+    return pd.DataFrame(rows)
+
+
+def _lines(fig) -> dict[tuple[str, str], int]:
+    """(colour, dash pattern) of each drawn data line -> its number of points."""
+    (ax,) = fig.axes
+    return {(to_hex(line.get_color()), str(line.get_linestyle())): len(line.get_xdata())
+            for line in ax.get_lines() if len(line.get_xdata()) > 1}
+
+
+def test_each_k_is_its_own_line_in_its_backends_colour():
+    lines = _lines(throughput_vs_envs(_results("samples_per_s"), {"scale": "quick"}))
+    assert len(lines) == 4 and set(lines.values()) == {3}
+    assert {colour for colour, _ in lines} == {BACKEND_COLORS["gymnasium"], BACKEND_COLORS["jax"]}
+    assert len({style for _, style in lines}) == 2  # K = 1 and K = 1000 drawn differently
+
+
+def test_a_backend_has_the_same_colour_in_the_fusion_figure():
+    lines = _lines(fusion_throughput(_results("steps_per_s"), {"scale": "quick"}))
+    assert {colour for colour, _ in lines} == {BACKEND_COLORS["gymnasium"], BACKEND_COLORS["jax"]}
+
+
+def test_labels_say_where_simulator_and_policy_ran():
+    assert backend_label({"backend": "gymnasium", "device": "cuda"}).endswith("(simulator cpu, policy cuda)")
+    assert backend_label({"backend": "jax", "device": "cuda"}).endswith("(cuda)")
+    assert backend_label({"backend": "numpy", "device": "cpu"}).endswith("(cpu)")
