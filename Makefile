@@ -25,16 +25,15 @@ $(STAMP): pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
 test: $(STAMP)
 	$(PY) -m pytest
 
-# Every manifest at quick scale on this machine; figures land in output/artifacts/experiment_<experiment>/.
+# Every manifest at quick scale on this machine; figures land in output/artifacts/experiment_<experiment>/,
+# and output/report.html shows them all (written whether or not a run failed).
 artifacts-quick: $(STAMP)
-	$(RLSCOPE) run $(MANIFESTS) --scale quick --jobs $(JOBS)
-	@echo "figures: output/artifacts/"
+	$(RLSCOPE) run $(MANIFESTS) --scale quick --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; exit $$status
 
 # The papers' sizes: for a GPU machine (hours). A failed run never stops the other manifests; the
 # end lists every manifest's runs and the exit status is non-zero if any failed.
 artifacts: $(STAMP)
-	$(RLSCOPE) run $(MANIFESTS) --scale full --jobs $(JOBS)
-	@echo "figures: output/artifacts/"
+	$(RLSCOPE) run $(MANIFESTS) --scale full --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; exit $$status
 
 clean:
 	rm -rf build $(VENV) output/*/ .pytest_cache

@@ -264,6 +264,16 @@ def export(trace_dir: Path, fmt: str, out: Path) -> None:
     click.echo(f"wrote {export_perfetto(trace_dir, out)}")
 
 
+@cli.command()
+@click.argument("output_dir", type=click.Path(path_type=Path), default=Path("output"))
+def report(output_dir: Path) -> None:
+    """Write OUTPUT_DIR/report.html: every experiment's figures, key numbers, failed and skipped
+    runs with their reasons and logs, and the environment, in one self-contained page."""
+    from rlscope.report import write_report
+
+    click.echo(f"report: {write_report(output_dir)}")
+
+
 def _draw(experiment_dir: Path, artifacts_dir: Path) -> None:
     from rlscope.plot.render import draw_experiment
 

@@ -1,0 +1,180 @@
+"""One static HTML page for an output directory of `rlscope run`: every experiment's figures, its
+key numbers, its failed and skipped runs with their reasons and logs, and the environment.
+
+The page is self-contained (figures are embedded as PNG data), so it can be mailed or attached
+to a paper's artifact; links to PDFs and run logs are relative, and work beside the output
+directory. It reads only what the runs and ``rlscope plot`` wrote: it recomputes nothing.
+"""
+
+from __future__ import annotations
+
+import base64
+import html
+import json
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from rlscope.errors import ResultsError
+from rlscope.files import write_atomic
+from rlscope.plot.render import artifacts_name
+from rlscope.report.environment import environment
+
+__all__ = ["write_report", "REPORT_FILE", "MAX_KEY_COLUMNS"]
+
+REPORT_FILE = "report.html"
+MAX_KEY_COLUMNS = 8  # numbers per run in an experiment's table: more would not fit a page
+_NOT_NUMBERS = {"repetition", "run_seconds"}
+# Counts the figures the browser could draw, so a reader (and the tests) can tell a broken page.
+_IMAGE_CHECK = ("<script>addEventListener('load', () => { const all = [...document.images]; "
+                "document.body.dataset.imagesLoaded = all.filter(i => i.complete && i.naturalWidth > 0).length "
+                "+ '/' + all.length; });</script>")
+_STYLE = """
+body { font: 14px/1.45 system-ui, sans-serif; margin: 2em auto; max-width: 1200px; color: #222; }
+table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 12px; }
+th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
+td.n { text-align: right; font-variant-numeric: tabular-nums; }
+figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
+.failed { color: #b00; } .skipped { color: #777; } .ok { color: #070; }
+section { border-top: 2px solid #ddd; margin-top: 2em; }
+"""
+
+
+@dataclass
+class Experiment:
+    """One experiment directory, as the page shows it."""
+
+    name: str
+    directory: Path
+    meta: dict[str, Any]
+    results: pd.DataFrame | None
+    figures: list[Path] = field(default_factory=list)
+
+
+def write_report(output_dir: Path, repo: Path | None = None) -> Path:
+    """Write ``output_dir/report.html``; its path. ``repo``: the checkout whose commit the page
+    names (default: the folder holding ``output_dir``). A directory holding no experiment is a
+    ``ResultsError`` that says what to run first."""
+    experiments = _experiments(output_dir)
+    if not experiments:
+        raise ResultsError(f"{output_dir}: holds no experiment (no */experiment.json); "
+                           f"run `rlscope run configs/<manifest>.yaml --output {output_dir}` first")
+    body = [f"<h1>rlscope results</h1><p>{_e(str(output_dir.resolve()))}, written "
+            f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}</p>", _environment_table(repo or output_dir.resolve().parent),
+            _contents(experiments)]
+    body += [_section(e, output_dir) for e in experiments]
+    page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>rlscope results</title>"
+            f"<style>{_STYLE}</style></head><body>{''.join(body)}{_IMAGE_CHECK}</body></html>\n")
+    path = output_dir / REPORT_FILE
+    write_atomic(path, page)
+    return path
+
+
+def _experiments(output_dir: Path) -> list[Experiment]:
+    found = []
+    for meta_path in sorted(output_dir.glob("*/experiment.json")):
+        directory = meta_path.parent
+        meta = json.loads(meta_path.read_text())
+        name = str(meta.get("experiment", directory.name))
+        csv = directory / "results.csv"
+        results = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else None
+        drawn = output_dir / "artifacts" / artifacts_name(name)
+        figures = [drawn / f"{figure}.png" for figure in meta.get("figures", []) if (drawn / f"{figure}.png").exists()]
+        found.append(Experiment(name, directory, meta, results, figures))
+    return found
+
+
+def _e(text: Any) -> str:
+    return html.escape(str(text))
+
+
+def _environment_table(repo: Path | None) -> str:
+    rows = "".join(f"<tr><th>{_e(k)}</th><td>{_e(v)}</td></tr>" for k, v in environment(repo).items())
+    return f"<h2>Environment</h2><p>where this page was written (the runs' own device and Python are in " \
+           f"their tables)</p><table>{rows}</table>"
+
+
+def _runs(results: pd.DataFrame | None) -> pd.DataFrame:
+    """One row per run: its id, status and reason."""
+    if results is None or results.empty:
+        return pd.DataFrame(columns=["run_id", "status", "reason"])
+    return results.drop_duplicates("run_id")[["run_id", "status", "reason"]].fillna("")
+
+
+def _counts(results: pd.DataFrame | None) -> str:
+    runs = _runs(results)
+    if runs.empty:
+        return "no finished runs yet"
+    counts = runs["status"].value_counts()
+    return ", ".join(f"<span class='{_e(s)}'>{n} {_e(s)}</span>" for s, n in counts.items())
+
+
+def _contents(experiments: list[Experiment]) -> str:
+    items = "".join(f"<li><a href='#{_e(e.name)}'>{_e(e.name)}</a>: {_e(e.meta.get('description', ''))} "
+                    f"({_e(e.meta.get('scale', ''))} scale): {_counts(e.results)}</li>" for e in experiments)
+    return f"<h2>Experiments</h2><ul>{items}</ul>"
+
+
+def _section(experiment: Experiment, output_dir: Path) -> str:
+    meta = experiment.meta
+    parts = [f"<section id='{_e(experiment.name)}'><h2>{_e(experiment.name)}</h2>",
+             f"<p>{_e(meta.get('description', ''))}; {_e(meta.get('scale', ''))} scale; manifest "
+             f"<code>{_e(meta.get('path', ''))}</code>; runs: {_counts(experiment.results)}</p>"]
+    parts += [_figure(path, output_dir) for path in experiment.figures]
+    if not experiment.figures:
+        parts.append(f"<p>No figures: draw them with <code>rlscope plot {_e(experiment.directory)}</code>.</p>")
+    parts.append(_key_numbers(experiment))
+    parts.append(_not_ok(experiment, output_dir))
+    return "".join(parts) + "</section>"
+
+
+def _figure(path: Path, output_dir: Path) -> str:
+    data = base64.b64encode(path.read_bytes()).decode()
+    pdf = path.with_suffix(".pdf")
+    link = f" (<a href='{_e(pdf.relative_to(output_dir))}'>PDF</a>)" if pdf.exists() else ""
+    return (f"<figure><img src='data:image/png;base64,{data}' alt='{_e(path.stem)}'>"
+            f"<figcaption>{_e(path.stem)}{link}</figcaption></figure>")
+
+
+def _key_numbers(experiment: Experiment) -> str:
+    """Per finished run: its grid values and the run-level numbers it returned (mean over
+    repetitions), the first ``MAX_KEY_COLUMNS`` of them."""
+    results = experiment.results
+    if results is None or results.empty or not (results["status"] == "ok").any():
+        return ""
+    ok = results[results["status"] == "ok"]
+    grid = [c for c in experiment.meta.get("grid", {}) if c in ok]
+    numeric = [c for c in ok.select_dtypes("number").columns if c not in grid and c not in _NOT_NUMBERS]
+    # Run-level numbers hold one value per run and repetition; per-row tables (shares, counts) vary.
+    keys = ["run_id", "repetition"] if "repetition" in ok else ["run_id"]
+    constant = ok.groupby(keys)[numeric].nunique(dropna=False).le(1).all() if numeric else pd.Series(dtype=bool)
+    columns = [c for c in numeric if constant.get(c, False) and ok[c].notna().any()][:MAX_KEY_COLUMNS]
+    table = ok.drop_duplicates(keys).groupby("run_id", sort=False).agg(
+        {**{c: "first" for c in grid}, **{c: "mean" for c in columns}})
+    head = "".join(f"<th>{_e(c)}</th>" for c in grid + columns)
+    rows = "".join("<tr>" + "".join(f"<td>{_e(row[c])}</td>" for c in grid)
+                   + "".join(f"<td class='n'>{_number(row[c])}</td>" for c in columns) + "</tr>"
+                   for _, row in table.iterrows())
+    return f"<h3>Key numbers per run</h3><table><tr>{head}</tr>{rows}</table>"
+
+
+def _number(value: Any) -> str:
+    return "" if pd.isna(value) else f"{value:.4g}"
+
+
+def _not_ok(experiment: Experiment, output_dir: Path) -> str:
+    runs = _runs(experiment.results)
+    runs = runs[runs["status"] != "ok"]
+    if runs.empty:
+        return ""
+    rows = []
+    for run in runs.itertuples(index=False):
+        log = experiment.directory / "runs" / str(run.run_id) / "log.txt"
+        link = f"<a href='{_e(log.relative_to(output_dir))}'>log</a>" if log.exists() else ""
+        rows.append(f"<tr><td>{_e(run.run_id)}</td><td class='{_e(run.status)}'>{_e(run.status)}</td>"
+                    f"<td>{_e(run.reason)}</td><td>{link}</td></tr>")
+    return (f"<h3>Runs that did not finish ok</h3><table><tr><th>run</th><th>status</th><th>reason</th>"
+            f"<th>log</th></tr>{''.join(rows)}</table>")
