@@ -8,7 +8,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-__all__ = ["write_atomic", "write_json_atomic", "read_json"]
+__all__ = ["write_atomic", "write_json_atomic", "read_json", "last_line"]
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -37,3 +37,12 @@ def read_json(path: Path) -> Any:
         return json.loads(path.read_text())
     except (OSError, ValueError):
         return None
+
+
+def last_line(log: Path) -> str:
+    """The last non-blank line of a log (at most 200 characters): why a run stopped."""
+    try:
+        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "no log"
+    return lines[-1][:200] if lines else "no output"

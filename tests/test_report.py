@@ -25,15 +25,16 @@ def _output(tmp_path: Path) -> Path:
     ok, a failed and a skipped run, per-row table values beside run-level numbers, one figure."""
     out = tmp_path / "output"
     experiment = out / "toy"
-    (experiment / "runs" / "n-2").mkdir(parents=True)
-    (experiment / "runs" / "n-2" / "log.txt").write_text("Traceback ...\nMemoryError\n")
+    for run, scale in (("n-2", "quick"), ("n-9", "full")):  # failed before any repetition; another scale's
+        (experiment / "runs" / run).mkdir(parents=True)
+        (experiment / "runs" / run / "config.json").write_text(json.dumps({"scale": scale}))
+        (experiment / "runs" / run / "log.txt").write_text("Traceback ...\nRuntimeError: out of GPU memory at N=2\n")
     meta = {"experiment": "toy", "description": "a toy sweep", "scale": "quick", "path": "configs/toy.yaml",
             "grid": {"n": [1, 2, 3]}, "figures": ["toy_figure"]}
     (experiment / "experiment.json").write_text(json.dumps(meta))
     rows = [{"run_id": "n-1", "n": 1, "status": "ok", "reason": "", "repetition": r, "samples_per_s": 100.0 + r,
              "share": share} for r in (0, 1) for share in (0.25, 0.75)]
-    rows += [{"run_id": "n-2", "n": 2, "status": "failed", "reason": "out of GPU memory at N=2"},
-             {"run_id": "n-3", "n": 3, "status": "skipped", "reason": "needs a GPU"}]
+    rows += [{"run_id": "n-3", "n": 3, "status": "skipped", "reason": "needs a GPU"}]
     pd.DataFrame(rows).to_csv(experiment / "results.csv", index=False)
     figures = out / "artifacts" / "experiment_toy"
     figures.mkdir(parents=True)
@@ -50,8 +51,9 @@ def test_the_page_holds_figures_key_numbers_and_runs_that_did_not_finish(tmp_pat
     page = write_report(out).read_text()
     assert page.count("<img src='data:image/png;base64,") == 1  # embedded: the page stands alone
     assert "href='artifacts/experiment_toy/toy_figure.pdf'" in page
-    assert "out of GPU memory at N=2" in page and "href='toy/runs/n-2/log.txt'" in page
-    assert "needs a GPU" in page
+    assert "did not finish: RuntimeError: out of GPU memory at N=2" in page
+    assert "href='toy/runs/n-2/log.txt'" in page and "n-9" not in page
+    assert "needs a GPU" in page and "1 failed" in page and "1 skipped" in page
     # The run-level number (mean of its repetitions) is a key number; the per-row share is not.
     assert "<th>samples_per_s</th>" in page and "<td class='n'>100.5</td>" in page
     assert "<th>share</th>" not in page

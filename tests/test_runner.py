@@ -69,6 +69,20 @@ def test_resume_skips_done_runs_and_force_reruns(tmp_path: Path) -> None:
     assert calls(out, "x-1") == ["1", "1"]
 
 
+def test_a_gpu_out_of_memory_is_a_failed_run_that_says_so(tmp_path: Path) -> None:
+    from rlscope.harness.worker import gpu_out_of_memory
+
+    summary = sweep(manifest(tmp_path, params="{oom_on: 2}", repetitions=1), tmp_path / "out")
+    assert [o.status for o in summary.outcomes] == ["ok", "failed", "ok"]
+    assert summary.failures[0].message == "exit code 1: out of GPU memory at (run x-2)"
+    try:
+        raise RuntimeError("collecting failed") from RuntimeError(
+            "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 34999975936 bytes.")
+    except RuntimeError as err:
+        assert gpu_out_of_memory(err)  # JAX's, behind the workload's own error
+    assert not gpu_out_of_memory(RuntimeError("RESOURCE_EXHAUSTED: too many open files"))
+
+
 def test_changed_parameters_rerun_instead_of_reusing(tmp_path: Path) -> None:
     out = tmp_path / "out"
     sweep(manifest(tmp_path, params="{sleep_s: 0}", repetitions=1), out)

@@ -13,10 +13,15 @@ from rlscope.errors import SkipRun
 _calls_in_this_process = 0
 
 
+class OutOfMemoryError(RuntimeError):
+    """Named as PyTorch's and CuPy's GPU out-of-memory errors are."""
+
+
 def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, crash_on: int = -1,
-         skip_on: int = -1, fail_on_call: int = -1, hang_on_call: int = -1) -> dict[str, float]:
-    """Return x squared; on request raise, sleep past any timeout, SIGKILL itself, or skip: for
-    one x (``*_on``) or on the worker's Nth call, i.e. its Nth repetition (``*_on_call``, from 1)."""
+         skip_on: int = -1, fail_on_call: int = -1, hang_on_call: int = -1, oom_on: int = -1) -> dict[str, float]:
+    """Return x squared; on request raise, run out of (GPU) memory, sleep past any timeout, SIGKILL
+    itself, or skip: for one x (``*_on``) or on the worker's Nth call, i.e. its Nth repetition
+    (``*_on_call``, from 1)."""
     global _calls_in_this_process
     _calls_in_this_process += 1
     marker = Path(os.environ["RLSCOPE_RUN_DIR"]) / "calls.txt"
@@ -28,6 +33,8 @@ def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, cra
         raise RuntimeError(f"toy failure on call {_calls_in_this_process}")
     if x == fail_on:
         raise RuntimeError(f"toy failure for x={x}")
+    if x == oom_on:
+        raise OutOfMemoryError("CUDA out of memory. Tried to allocate 32.00 GiB")
     if x == hang_on or hang_on_call == _calls_in_this_process:
         time.sleep(3600)
     if x == crash_on:

@@ -35,7 +35,7 @@ from tqdm import tqdm
 
 import rlscope
 from rlscope.harness.executors import Executor, LocalExecutor
-from rlscope.files import read_json, write_atomic, write_json_atomic
+from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
 
@@ -154,7 +154,7 @@ class _Launcher:
         seconds = time.perf_counter() - started
         result = read_json(run_dir / "result.json")
         if returncode != 0 or result is None:
-            reason = "interrupted" if self.stopping else f"exit code {returncode}: {_last_line(run_dir / 'log.txt')}"
+            reason = "interrupted" if self.stopping else f"exit code {returncode}: {last_line(run_dir / 'log.txt')}"
             return self._unfinished(point, "failed", seconds, reason)
         write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
@@ -193,14 +193,6 @@ def _kill(proc: subprocess.Popen[bytes]) -> None:
     except ProcessLookupError:
         pass
     proc.wait()
-
-
-def _last_line(log: Path) -> str:
-    try:
-        lines = [ln for ln in log.read_text(errors="replace").splitlines() if ln.strip()]
-    except OSError:
-        return "no log"
-    return lines[-1][:200] if lines else "no output"
 
 
 def run_sweep(

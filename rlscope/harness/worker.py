@@ -21,7 +21,7 @@ from typing import Any
 from rlscope.errors import SkipRun, WorkloadError
 from rlscope.files import read_json, write_json_atomic
 
-__all__ = ["resolve_workload", "main", "PARTIAL_FILE"]
+__all__ = ["resolve_workload", "main", "gpu_out_of_memory", "PARTIAL_FILE"]
 
 PARTIAL_FILE = "partial.json"  # the repetitions finished so far, rewritten after each
 
@@ -42,6 +42,26 @@ def resolve_workload(spec: str) -> Callable[..., Mapping[str, Any]]:
     return func
 
 
+def gpu_out_of_memory(err: BaseException | None) -> bool:
+    """Whether ``err``, or an error that led to it, is a GPU running out of memory: PyTorch's and
+    CuPy's ``OutOfMemoryError``, XLA's ``RESOURCE_EXHAUSTED`` (JAX)."""
+    seen: set[int] = set()
+    while err is not None and id(err) not in seen:
+        seen.add(id(err))
+        text = str(err)
+        if type(err).__name__ == "OutOfMemoryError" or "CUDA out of memory" in text or (
+                "RESOURCE_EXHAUSTED" in text and "memory" in text.lower()):
+            return True
+        err = err.__cause__ or err.__context__
+    return False
+
+
+def _where(config: Mapping[str, Any]) -> str:
+    """The grid point of a run, as a reader of the data-collection figures names it."""
+    params = config.get("params", {})
+    return (f"N={params['num_envs']} " if "num_envs" in params else "") + f"(run {config.get('run_id', '?')})"
+
+
 def _run(run_dir: Path) -> int:
     config = read_json(run_dir / "config.json")
     if config is None:
@@ -57,6 +77,12 @@ def _run(run_dir: Path) -> int:
             print(f"skipped: {skip}", flush=True)
             write_json_atomic(run_dir / "result.json", {"status": "skipped", "reason": str(skip), "repetitions": []})
             return 0
+        except Exception as err:
+            if not gpu_out_of_memory(err):
+                raise
+            traceback.print_exc()
+            print(f"out of GPU memory at {_where(config)}", flush=True)  # the log's last line: the run's reason
+            return 1
         metrics["repetition"] = repetition
         metrics["run_seconds"] = time.time() - started
         rows.append(metrics)

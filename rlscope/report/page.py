@@ -19,7 +19,7 @@ from typing import Any
 import pandas as pd
 
 from rlscope.errors import ResultsError
-from rlscope.files import write_atomic
+from rlscope.files import last_line, read_json, write_atomic
 from rlscope.plot.render import artifacts_name
 from rlscope.report.environment import environment
 
@@ -51,6 +51,7 @@ class Experiment:
     directory: Path
     meta: dict[str, Any]
     results: pd.DataFrame | None
+    runs: pd.DataFrame  # one row per run: run_id, status, reason (unfinished runs too)
     figures: list[Path] = field(default_factory=list)
 
 
@@ -83,7 +84,8 @@ def _experiments(output_dir: Path) -> list[Experiment]:
         results = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else None
         drawn = output_dir / "artifacts" / artifacts_name(name)
         figures = [drawn / f"{figure}.png" for figure in meta.get("figures", []) if (drawn / f"{figure}.png").exists()]
-        found.append(Experiment(name, directory, meta, results, figures))
+        runs = pd.concat([_runs(results), _unfinished(directory, meta, results)], ignore_index=True)
+        found.append(Experiment(name, directory, meta, results, runs, figures))
     return found
 
 
@@ -97,15 +99,28 @@ def _environment_table(repo: Path | None) -> str:
            f"their tables)</p><table>{rows}</table>"
 
 
+def _unfinished(directory: Path, meta: dict[str, Any], results: pd.DataFrame | None) -> pd.DataFrame:
+    """Runs of this scale that left nothing in results.csv (failed before any repetition finished,
+    or killed): ``failed``, with their log's last line as the reason."""
+    listed = set() if results is None or results.empty else set(results["run_id"].astype(str))
+    rows = []
+    for run_dir in sorted((directory / "runs").glob("*/")):
+        config = read_json(run_dir / "config.json") or {}
+        if run_dir.name in listed or (run_dir / "DONE").exists() or config.get("scale") != meta.get("scale"):
+            continue
+        rows.append({"run_id": run_dir.name, "status": "failed",
+                     "reason": f"did not finish: {last_line(run_dir / 'log.txt')}"})
+    return pd.DataFrame(rows, columns=["run_id", "status", "reason"])
+
+
 def _runs(results: pd.DataFrame | None) -> pd.DataFrame:
-    """One row per run: its id, status and reason."""
+    """One row per run in results.csv: its id, status and reason."""
     if results is None or results.empty:
         return pd.DataFrame(columns=["run_id", "status", "reason"])
     return results.drop_duplicates("run_id")[["run_id", "status", "reason"]].fillna("")
 
 
-def _counts(results: pd.DataFrame | None) -> str:
-    runs = _runs(results)
+def _counts(runs: pd.DataFrame) -> str:
     if runs.empty:
         return "no finished runs yet"
     counts = runs["status"].value_counts()
@@ -114,7 +129,7 @@ def _counts(results: pd.DataFrame | None) -> str:
 
 def _contents(experiments: list[Experiment]) -> str:
     items = "".join(f"<li><a href='#{_e(e.name)}'>{_e(e.name)}</a>: {_e(e.meta.get('description', ''))} "
-                    f"({_e(e.meta.get('scale', ''))} scale): {_counts(e.results)}</li>" for e in experiments)
+                    f"({_e(e.meta.get('scale', ''))} scale): {_counts(e.runs)}</li>" for e in experiments)
     return f"<h2>Experiments</h2><ul>{items}</ul>"
 
 
@@ -122,7 +137,7 @@ def _section(experiment: Experiment, output_dir: Path) -> str:
     meta = experiment.meta
     parts = [f"<section id='{_e(experiment.name)}'><h2>{_e(experiment.name)}</h2>",
              f"<p>{_e(meta.get('description', ''))}; {_e(meta.get('scale', ''))} scale; manifest "
-             f"<code>{_e(meta.get('path', ''))}</code>; runs: {_counts(experiment.results)}</p>"]
+             f"<code>{_e(meta.get('path', ''))}</code>; runs: {_counts(experiment.runs)}</p>"]
     parts += [_figure(path, output_dir) for path in experiment.figures]
     if not experiment.figures:
         parts.append(f"<p>No figures: draw them with <code>rlscope plot {_e(experiment.directory)}</code>.</p>")
@@ -166,8 +181,7 @@ def _number(value: Any) -> str:
 
 
 def _not_ok(experiment: Experiment, output_dir: Path) -> str:
-    runs = _runs(experiment.results)
-    runs = runs[runs["status"] != "ok"]
+    runs = experiment.runs[experiment.runs["status"] != "ok"]
     if runs.empty:
         return ""
     rows = []
