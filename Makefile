@@ -4,7 +4,8 @@ PYTHON ?= python3
 # version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
 TORCH ?= torch==2.13.0
 EXTRAS ?= rl,jax,sims,dev
-VENV := .venv
+# The environment make installs into and runs from; the container sets VENV=/opt/venv, the image's.
+VENV ?= .venv
 PY := $(VENV)/bin/python
 RLSCOPE := $(VENV)/bin/rlscope
 comma := ,

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
-# Container entry: install the mounted checkout (builds csrc/ once, cached in build/), then run.
+# Container entry: bring the image's environment up to date with the mounted checkout (the same
+# `make install` as CI; a no-op unless csrc/ or the packaging changed), check the machine, then run.
 set -euo pipefail
 cd /rlscope
-if ! python -c "import rlscope._cartpole_cpu" 2>/dev/null; then
-  pip install --quiet --no-build-isolation -e '.[rl,dev]'
-fi
+make --no-print-directory install
+rlscope doctor --scale "${RLSCOPE_SCALE:-quick}" || echo "rlscope doctor: see above; quick scale still runs on the CPU" >&2
 exec "$@"
