@@ -162,7 +162,7 @@ class TransitionCollector:
             return None
         return int(category), self.writer.symbol(_name_of(func))
 
-    # Pure-Python event handlers (the reference twin of csrc/python/hotpath.cpp) ----------
+    # Pure-Python event handlers (the reference twin of csrc/python/transitions.hpp) ----------
     def _enter(self) -> None:
         tid = threading.get_ident()
         stack = self._stacks.get(tid)
