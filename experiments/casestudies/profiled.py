@@ -23,7 +23,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun
 
-__all__ = ["profiled_training", "check_params", "training_rows", "resolve_device"]
+__all__ = ["profiled_training", "check_params", "training_rows"]
 
 CALIBRATION_TIMESTEPS_FACTOR = 2  # calibrate on runs this many times longer: checked on another length
 
@@ -63,6 +63,7 @@ def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "a
                       calibrate: bool | str = "auto", framework: str = "sb3", baseline: bool = False,
                       timeout_s: float = 3600) -> dict[str, Any]:
     """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
+    from experiments.devices import resolve_device
     from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
 
@@ -142,14 +143,6 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
                      "per_iteration": float(count) / iterations})
     return {"rows": rows, "iterations": iterations, "training_s": total,
             **({"corrected_training_s": corrected_total} if corrected else {})}
-
-
-def resolve_device(device: str) -> str:
-    if device != "auto":
-        return device
-    import torch
-
-    return "cuda" if torch.cuda.is_available() else "cpu"
 
 
 def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,

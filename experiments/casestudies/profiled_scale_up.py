@@ -31,8 +31,8 @@ __all__ = ["profiled_scale_up", "scale_up_rows"]
 def profiled_scale_up(workers: int, duration_s: float, device: str = "auto", timeout_s: float = 1800,
                       crash_worker: int | None = None) -> dict[str, Any]:
     """Run the actor/learner workload with ``workers`` actors for ``duration_s`` under ``rlscope prof``."""
-    from experiments.casestudies.profiled import resolve_device
     from experiments.casestudies.scale_up import WINDOW_PREFIX
+    from experiments.devices import resolve_device
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
 

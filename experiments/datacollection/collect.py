@@ -14,20 +14,7 @@ import os
 import time
 from typing import Any
 
-from rlscope.errors import SkipRun
-
-__all__ = ["data_collection", "resolve_device", "backend_options"]
-
-
-def resolve_device(device: str) -> str:
-    """``auto`` picks CUDA when present; asking for CUDA without it skips the run with the reason."""
-    import torch
-
-    if device == "auto":
-        return "cuda" if torch.cuda.is_available() else "cpu"
-    if device.startswith("cuda") and not torch.cuda.is_available():
-        raise SkipRun("needs a CUDA GPU; none is visible on this machine")
-    return device
+__all__ = ["data_collection", "backend_options"]
 
 
 def backend_options(backend: str, device: str, threads: int = 0, **knobs: Any) -> dict[str, Any]:
@@ -55,6 +42,7 @@ def data_collection(
     import torch
 
     from experiments.datacollection.backends import make_backend
+    from experiments.devices import resolve_device
     from experiments.datacollection.policy import make_policy
 
     if torch_threads:

@@ -39,7 +39,8 @@ def collect_loop(backend: str, num_envs: int, fused_steps: int, iterations: int,
     import torch
 
     from experiments.datacollection.backends import make_backend
-    from experiments.datacollection.collect import backend_options, resolve_device
+    from experiments.datacollection.collect import backend_options
+    from experiments.devices import resolve_device
     from experiments.datacollection.policy import make_policy
 
     device = resolve_device(device)
@@ -61,7 +62,7 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
     """Profile :func:`collect_loop`; rows of the breakdown (seconds and share per layer, per
     iteration; with ``calibrate`` also corrected for profiling's overhead) and of the
     transitions (count per iteration)."""
-    from experiments.datacollection.collect import resolve_device
+    from experiments.devices import resolve_device
     from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
     from rlscope.plot.breakdown import stack_label

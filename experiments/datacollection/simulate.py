@@ -40,7 +40,8 @@ def simulation(backend: str, num_envs: int, fused_steps: int = 1, state_factor: 
                precise: bool = True, seed: int = 0) -> dict[str, Any]:
     """Steps/s of ``backend`` simulating N envs, K steps per call, at state/compute factors S, C."""
     from experiments.datacollection.backends import make_backend
-    from experiments.datacollection.collect import backend_options, resolve_device
+    from experiments.datacollection.collect import backend_options
+    from experiments.devices import resolve_device
 
     device = resolve_device(device)
     knobs: dict[str, Any] = {}

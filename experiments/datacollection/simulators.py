@@ -57,7 +57,7 @@ def xla_simulation(environment: str, num_envs: int, fused_steps: int = 10, devic
                    min_seconds: float = 0.5, brax_backend: str = "mjx", seed: int = 0) -> dict[str, Any]:
     """Env-steps/s of ``environment`` (``cartpole`` or a brax name) on JAX, K steps per call."""
     from experiments.datacollection.backends import make_backend
-    from experiments.datacollection.collect import resolve_device
+    from experiments.devices import resolve_device
     from experiments.datacollection.simulate import time_simulation
 
     device = resolve_device(device)
