@@ -31,7 +31,6 @@ __all__ = ["profiled_scale_up", "scale_up_rows"]
 def profiled_scale_up(workers: int, duration_s: float, device: str = "auto", timeout_s: float = 1800,
                       crash_worker: int | None = None) -> dict[str, Any]:
     """Run the actor/learner workload with ``workers`` actors for ``duration_s`` under ``rlscope prof``."""
-    from experiments.casestudies.scale_up import WINDOW_PREFIX
     from experiments.devices import resolve_device
     from rlscope.collect.launch import run_profiled
     from rlscope.trace.reader import read_trace
@@ -50,11 +49,10 @@ def profiled_scale_up(workers: int, duration_s: float, device: str = "auto", tim
         failed = next((line for line in output.splitlines() if line.startswith("failed: ")), f"exit code {code}")
         raise RuntimeError(f"scale-up run {failed.replace(str(tmp), str(kept))}; every process's trace: "
                            f"{kept / 'trace'} (`rlscope analyze` reads them)")
-    window = next(float(line[len(WINDOW_PREFIX):]) for line in output.splitlines() if line.startswith(WINDOW_PREFIX))
     result = scale_up_rows(read_trace(trace))
     shutil.rmtree(tmp, ignore_errors=True)
     skipped = {} if device.startswith("cuda") else {"gpu_skipped": f"GPU measures need a GPU (device {device})"}
-    return {**result, **skipped, "device": device, "python": platform.python_version(), "window_s": window}
+    return {**result, **skipped, "device": device, "python": platform.python_version()}
 
 
 def _keep(tmp: Path) -> Path:
@@ -96,7 +94,7 @@ def scale_up_rows(processes: list[Any]) -> dict[str, Any]:
                                            & (p.events["start_ns"].to_numpy() >= start)
                                            & (p.events["start_ns"].to_numpy() < end))) for p in processes}
     window_s = (end - start) / 1e9
-    return {"rows": rows, "learner_updates_per_s": steps.get(LEARNER, 0) / window_s,
+    return {"rows": rows, "window_s": window_s, "learner_updates_per_s": steps.get(LEARNER, 0) / window_s,
             "worker_steps_per_s": sum(n for name, n in steps.items() if name.startswith("worker")) / window_s}
 
 

@@ -29,13 +29,12 @@ import time
 from pathlib import Path
 from typing import Any
 
-__all__ = ["main", "LAUNCHER", "LEARNER", "RUNNING", "worker_name", "WINDOW_PREFIX"]
+__all__ = ["main", "LAUNCHER", "LEARNER", "RUNNING", "worker_name"]
 
 LEARNER, LAUNCHER, RUNNING, STOPPING = "learner", "launcher", "running", "stopping"
 HIDDEN = 64  # the Q-network: 4 -> 64 -> 64 -> 2, ReLU
 BLOCK = 64  # transitions per message to the learner
 BATCH, BUFFER, PUBLISH_EVERY, GAMMA = 256, 50_000, 50, 0.99
-WINDOW_PREFIX = "window_s="  # the launcher's last line: how long the processes ran together
 START_TIMEOUT_S = 600  # processes that are not ready by then (16 CUDA contexts take a while) fail the run
 
 
@@ -205,7 +204,7 @@ def main(argv: list[str]) -> int:
 
     Path(args.log_dir).mkdir(parents=True, exist_ok=True)
     context = mp.get_context("spawn")  # CUDA cannot be used in forked children
-    transitions = context.Queue(maxsize=16 * max(args.workers, 1))
+    transitions = context.Queue(maxsize=16 * args.workers)
     weights = [context.Queue(maxsize=1) for _ in range(args.workers)]
     ready, go, stop = context.Semaphore(0), context.Event(), context.Event()
     processes = {LEARNER: context.Process(target=_learner, name=LEARNER,
@@ -219,11 +218,9 @@ def main(argv: list[str]) -> int:
             process.start()
         failed = _wait_ready(processes, ready)
         if not failed:
-            rlscope.set_phase(RUNNING)
-            start = time.perf_counter()
+            rlscope.set_phase(RUNNING)  # the window the analysis reads
             go.set()
             failed = _run_for(processes, args.duration_s)
-            window = time.perf_counter() - start
             rlscope.set_phase(STOPPING)
         stop.set()
         go.set()
@@ -239,7 +236,6 @@ def main(argv: list[str]) -> int:
                          for name in failed)
         print(f"failed: {logs}", file=sys.stderr)
         return 1
-    print(f"{WINDOW_PREFIX}{window:.6f}", flush=True)
     return 0
 
 
