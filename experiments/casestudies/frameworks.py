@@ -56,12 +56,12 @@ def algorithm_class(framework: str, algorithm: str, device: str) -> Any:
     return getattr(sb3, algorithm.upper())
 
 
-def prepare(model: Any, framework: str, n_envs: int) -> list[str]:
+def prepare(model: Any, framework: str, n_envs: int) -> None:
     """Get ``model`` to steady state before training: compile its networks (``sb3_compile``), then
-    warm it up (``warm_up``); the names of what was compiled."""
-    compiled = compile_networks(model) if framework == "sb3_compile" else []
+    warm it up (``warm_up``)."""
+    if framework == "sb3_compile":
+        compile_networks(model)
     warm_up(model, framework, n_envs)
-    return compiled
 
 
 def compile_networks(model: Any) -> list[str]:
