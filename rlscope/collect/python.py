@@ -332,11 +332,11 @@ class TransitionCollector:
 
 
 def _cacheable(func: Any) -> bool:
-    """Whether a callable's classification is cached, which keeps it alive. Definitions are
-    (functions, builtins, types, ufuncs: what has a ``__name__``), unless bound to an instance;
-    callable instances are not (partials, weak references, modules, context managers): keeping
-    them alive would change the program, e.g. when their finalisers run. TorchDynamo's tracing
-    of a compiled function fails its global-state check when it does."""
+    """Whether a callable's classification is cached. Definitions are (functions, builtins,
+    types, ufuncs: what has a ``__name__``), unless bound to an instance; callable instances are
+    not (partials, weak references, modules, context managers): the pure-Python collector's cache
+    keeps its keys alive, and keeping the program's short-lived objects alive changes the program
+    (TorchDynamo's tracing failed its global-state check). The native cache holds weak references."""
     if not isinstance(getattr(func, "__name__", None), str):
         return False
     bound = getattr(func, "__self__", None)
