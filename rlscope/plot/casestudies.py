@@ -16,7 +16,7 @@ from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
 from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
-from rlscope.plot.render import note_skipped
+from rlscope.plot.render import note_skipped, shared_legend
 
 __all__ = ["casestudy_breakdown", "casestudy_time", "casestudy_transitions", "survey_columns", "WORKLOAD"]
 
@@ -59,17 +59,6 @@ def _subtitle(meta: Mapping[str, Any], ok: pd.DataFrame) -> str:
     steps = ", ".join(sorted({f"{int(t):,}" for t in ok.get("timesteps", pd.Series(dtype=float)).dropna()}))
     return (f"{meta.get('scale', '')} scale" + (f", {steps} environment steps" if steps else "")
             + (f", device: {device}" if device else ""))
-
-
-def _legend(fig: Figure, axes: Any, title: str, order: tuple[str, ...]) -> None:
-    """One legend for all panels: every label any panel drew, in ``order``."""
-    handles: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    labels = [label for label in order if label in handles]
-    fig.legend([handles[label] for label in labels], labels, title=title, loc="upper right", fontsize=8,
-               title_fontsize=8)
 
 
 def _finish(fig: Figure, results: pd.DataFrame, meta: Mapping[str, Any], title: str) -> Figure:
@@ -142,7 +131,7 @@ def _stacked_layers(ok: pd.DataFrame, value: str, scale: float, order: list[str]
     top = max((ax.get_ylim()[1] for ax in shared), default=1)
     for ax in shared:
         ax.set_ylim(0, top)
-    _legend(fig, shared, "resources in use", STACK_ORDER)
+    shared_legend(fig, shared, "resources in use", STACK_ORDER)
     return fig, axes
 
 
@@ -187,5 +176,5 @@ def casestudy_transitions(results: pd.DataFrame, meta: Mapping[str, Any]) -> Fig
         ax.set_title(operation if operation != UNANNOTATED else "outside operations", fontsize=9)
         ax.set_xlabel(xlabel)
     axes[0][0].set_ylabel("transitions per iteration")
-    _legend(fig, axes[0], "transition", TRANSITIONS)
+    shared_legend(fig, axes[0], "transition", TRANSITIONS)
     return _finish(fig, results, meta, "Transitions between layers per iteration (one rollout + its training step)")

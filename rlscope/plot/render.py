@@ -5,6 +5,7 @@ from __future__ import annotations
 import importlib
 import io
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -16,7 +17,7 @@ from rlscope.errors import ResultsError  # noqa: E402
 from rlscope.files import read_json, write_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
 
-__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped", "artifacts_name"]
+__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped", "shared_legend", "artifacts_name"]
 
 
 def artifacts_name(experiment: str) -> str:
@@ -31,6 +32,17 @@ def note_skipped(fig: plt.Figure, results: pd.DataFrame, label_column: str) -> N
     if not skipped.empty:
         reasons = sorted({f"{r[label_column]}: {r['reason']}" for _, r in skipped.iterrows()})
         fig.text(0.01, -0.02, "not run here — " + "; ".join(reasons), fontsize=7, va="top", wrap=True)
+
+
+def shared_legend(fig: plt.Figure, axes: Any, title: str, order: tuple[str, ...]) -> None:
+    """One legend for all panels: every label any panel drew, in ``order``."""
+    handles: dict[str, Any] = {}
+    for ax in axes:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    labels = [label for label in order if label in handles]
+    fig.legend([handles[label] for label in labels], labels, title=title, loc="upper right", fontsize=8,
+               title_fontsize=8)
 
 
 def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:

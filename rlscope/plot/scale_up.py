@@ -15,7 +15,7 @@ from matplotlib.figure import Figure
 from rlscope.analyze.gpu import GPU_BOUND, NVML_MEASURES
 from rlscope.analyze.overlap import UNANNOTATED
 from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
-from rlscope.plot.render import note_skipped
+from rlscope.plot.render import note_skipped, shared_legend
 
 __all__ = ["scale_up_gpu", "scale_up_breakdown"]
 
@@ -95,13 +95,7 @@ def scale_up_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
         ax.set_title(f"{who}: {operation if operation != UNANNOTATED else 'outside operations'}", fontsize=9)
         ax.set_xlabel("actor processes M")
     axes[0].set_ylabel("share of the run's window (%)")
-    handles: dict[str, Any] = {}
-    for ax in axes:
-        for handle, label in zip(*ax.get_legend_handles_labels()):
-            handles.setdefault(label, handle)
-    labels = [layer for layer in STACK_ORDER if layer in handles]
-    fig.legend([handles[label] for label in labels], labels, title="resources in use", loc="upper right", fontsize=8,
-               title_fontsize=8)
+    shared_legend(fig, axes, "resources in use", STACK_ORDER)
     fig.suptitle(f"Scale-up: where each process's time goes (rlscope, as profiled)\n{_subtitle(results, meta)}",
                  fontsize=9)
     note_skipped(fig, results, "workers")
