@@ -13,7 +13,7 @@ STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 MANIFESTS := $(sort $(wildcard configs/*.yaml))
 JOBS ?= 1
 
-.PHONY: install test artifacts-quick artifacts clean
+.PHONY: install test artifacts-quick artifacts smoke-gpu clean
 
 install: $(STAMP)
 
@@ -35,6 +35,16 @@ artifacts-quick: $(STAMP)
 # end lists every manifest's runs and the exit status is non-zero if any failed.
 artifacts: $(STAMP)
 	$(RLSCOPE) run $(MANIFESTS) --scale full --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; exit $$status
+
+# The GPU smoke run (.github/workflows/smoke-gpu.yml, a self-hosted GPU runner): the doctor at full
+# scale, the GPU tests, then every manifest at quick scale with its policy and simulators on the GPU.
+# Minutes on one GPU; its own output directory, so it never replaces the CPU quick runs' results.
+SMOKE_OUTPUT ?= output/smoke-gpu
+smoke-gpu: $(STAMP)
+	$(RLSCOPE) doctor --scale full
+	$(PY) -m pytest -m gpu
+	$(RLSCOPE) run $(MANIFESTS) --scale quick --set device=cuda --output $(SMOKE_OUTPUT) --jobs $(JOBS); \
+	status=$$?; $(RLSCOPE) report $(SMOKE_OUTPUT); exit $$status
 
 clean:
 	rm -rf build $(VENV) output/*/ .pytest_cache

@@ -128,7 +128,7 @@ def compare(args: argparse.Namespace) -> None:
     clocks = []
     for _ in range(args.rounds):
         for name, (_, steps) in gpu.items():
-            seconds, calls = time_simulation(envs[name], steps, args.min_seconds)
+            seconds, calls, _ = time_simulation(envs[name], steps, args.min_seconds)
             samples[name].append(n * steps * calls / seconds)
             clocks.append(sm_clock_mhz())
         samples["gymnasium CartPoleVectorEnv"].append(gymnasium_vector(args.cpu_num_envs, 200))

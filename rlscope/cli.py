@@ -38,16 +38,19 @@ def cli() -> None:
               help="Runs in flight at once (timings are cleanest with 1).")
 @click.option("--force", is_flag=True, help="Re-run runs that are already complete.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
-def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, force: bool, plot: bool) -> None:
+@click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", callback=lambda _c, _p, v: _assignments(v),
+              help="Give a parameter one value (after the scale's) in each manifest having it, e.g. --set device=cuda.")
+def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, force: bool, plot: bool,
+        overrides: dict[str, Any]) -> None:
     """Run every point of each MANIFEST's parameter grid; complete runs are reused.
 
     With several manifests, a failed run in one never stops the others: the end lists every
     manifest's runs (ok, failed, skipped) and the exit status is 1 if any run failed."""
     from rlscope.harness.executors import LocalExecutor
-    from rlscope.harness.manifest import load_manifest
+    from rlscope.harness.manifest import load_manifest, with_overrides
     from rlscope.harness.runner import run_sweep
 
-    specs = [load_manifest(path, scale) for path in manifests]  # every mistake before anything runs
+    specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
     summaries = []
     for spec in specs:
         summary = run_sweep(spec, output_dir, executor=LocalExecutor(jobs=jobs), force=force)
@@ -65,6 +68,25 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, fo
                 click.echo(f"    {outcome.status} {outcome.run_id}: log {outcome.log}")
     if any(summary.failures for _, summary in summaries):
         sys.exit(EXIT_RUNS_FAILED)
+
+
+def _assignments(texts: tuple[str, ...]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs, each VALUE read as YAML reads a manifest's (numbers, true/false, text)."""
+    import yaml
+
+    out: dict[str, Any] = {}
+    for text in texts:
+        name, sep, raw = text.partition("=")
+        if not sep or not name.strip():
+            raise click.BadParameter(f"{text!r} is not NAME=VALUE (e.g. device=cuda)", param_hint="--set")
+        try:
+            value = yaml.safe_load(raw) if raw.strip() else ""
+        except yaml.YAMLError:
+            value = raw
+        if not isinstance(value, (str, int, float, bool)):
+            raise click.BadParameter(f"{text!r}: VALUE must be one text, number or boolean", param_hint="--set")
+        out[name.strip()] = value
+    return out
 
 
 def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -> None:

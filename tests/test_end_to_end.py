@@ -116,3 +116,15 @@ def test_a_bad_manifest_among_several_stops_before_anything_runs(tmp_path: Path,
                    env=cli_env)
     assert proc.returncode == 2 and "bad.yaml" in proc.stderr and "Traceback" not in proc.stderr
     assert not (tmp_path / "out" / "good").exists()
+
+
+def test_set_overrides_a_parameter_and_a_bad_assignment_is_one_line(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    manifest = tmp_path / "m.yaml"
+    manifest.write_text(MANIFEST.replace("[gymnasium, numpy, cpp, torch]", "[numpy]"))
+    proc = rlscope("run", str(manifest), "--set", "num_envs=2", "--set", "steps=3", "--no-plot",
+                   "--output", str(tmp_path / "o"), env=cli_env)
+    assert proc.returncode == 0, proc.stderr
+    frame = pd.read_csv(tmp_path / "o" / "gpu_vectorization" / "results.csv")
+    assert set(frame["num_envs"]) == {2} and set(frame["steps"]) == {3}
+    bad = rlscope("run", str(manifest), "--set", "steps", "--output", str(tmp_path / "o"), env=cli_env)
+    assert bad.returncode == 2 and "NAME=VALUE" in bad.stderr and "Traceback" not in bad.stderr

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from rlscope.errors import ManifestError
-from rlscope.harness.manifest import load_manifest
+from rlscope.harness.manifest import load_manifest, with_overrides
 
 GOOD = """\
 experiment: toy
@@ -131,3 +131,34 @@ def test_every_experiment_script_runs_the_manifest_of_its_name() -> None:
         assert f"output/artifacts/experiment_{experiment}/" in script.read_text()
         run.add(Path(manifest))
     assert run == set(Path("configs").glob("*.yaml"))  # one script per manifest
+
+
+def test_set_replaces_a_fixed_parameter_and_narrows_a_grid_one(tmp_path: Path) -> None:
+    (m,) = with_overrides([load_manifest(write(tmp_path, GOOD), "full")], {"sleep_s": 0.5, "mode": "b"})
+    assert [p.run_id for p in m.points()] == ["x-1__mode-b", "x-2__mode-b"]
+    assert all(p.params["sleep_s"] == 0.5 for p in m.points())
+
+
+def test_set_of_a_parameter_the_manifest_lacks_names_it_and_suggests(tmp_path: Path) -> None:
+    with pytest.raises(ManifestError) as info:
+        with_overrides([load_manifest(write(tmp_path, GOOD), "quick")], {"sleep": 1})
+    msg = str(info.value)
+    assert "--set sleep=1" in msg and "no parameter 'sleep'" in msg and "did you mean 'sleep_s'" in msg
+
+
+def test_set_value_is_checked_by_the_workload(tmp_path: Path) -> None:
+    """A value the workload's check_params refuses is refused before anything runs."""
+    with pytest.raises(ManifestError, match=r"--set env=CartPol-v1: .*did you mean"):
+        with_overrides([load_manifest(Path("configs/simulator_choice.yaml"), "quick")], {"env": "CartPol-v1"})
+
+
+def test_set_over_several_manifests_leaves_those_without_the_parameter_alone() -> None:
+    """`make smoke-gpu` runs every manifest at quick scale with --set device=cuda."""
+    manifests = [load_manifest(path, "quick") for path in sorted(Path("configs").glob("*.yaml"))]
+    on_gpu = with_overrides(manifests, {"device": "cuda"})
+    for before, after in zip(manifests, on_gpu):
+        if "device" in before.params:
+            assert all(p.params["device"] == "cuda" for p in after.points()), after.experiment
+        else:
+            assert after == before
+    assert sum("device" in m.params for m in on_gpu) >= len(on_gpu) - 1  # only overhead_correction picks per workload

@@ -24,6 +24,17 @@ def _brax_env(name: str, num_envs: int, backend: str) -> Any:
         raise ValueError(f"unknown brax environment {name!r}; known: {', '.join(sorted(envs._envs))}") from err
 
 
+def _strongly_typed(tree: Any) -> Any:
+    """``tree`` with JAX's weak types made strong, dtypes unchanged.
+
+    brax's step returns some float32 fields (``done``, contact and survival rewards) weakly typed
+    where reset returns them strong; jit keys its cache on weak types, so the call after the first
+    compiled the whole scan again (11 s for ant, the whole of the slow numbers once measured)."""
+    import jax
+
+    return jax.tree.map(lambda leaf: leaf.astype(leaf.dtype), tree)
+
+
 class _BraxSimulator:
     """``simulate(K)``/``synchronize()`` over a batched brax env, so it times like our backends."""
 
@@ -42,7 +53,8 @@ class _BraxSimulator:
                 action = jax.random.uniform(sub, (num_envs, env.action_size), minval=-1.0, maxval=1.0)
                 return (env.step(state, action), key), None
 
-            return jax.lax.scan(body, (state, key), None, length=fused_steps)[0]
+            state, key = jax.lax.scan(body, (state, key), None, length=fused_steps)[0]
+            return _strongly_typed(state), key
 
         self._run = jax.jit(run, static_argnums=2)
 
@@ -68,6 +80,7 @@ def xla_simulation(environment: str, num_envs: int, fused_steps: int = 10, devic
         if not device.startswith("cuda"):
             raise SkipRun("brax environments are measured on a GPU only (CPU runs take hours)")
         env = _BraxSimulator(environment, num_envs, seed, brax_backend)
-    seconds, calls = time_simulation(env, fused_steps, min_seconds)
+    seconds, calls, compilations = time_simulation(env, fused_steps, min_seconds)
     return {"steps_per_s": num_envs * fused_steps * calls / seconds, "seconds": seconds, "calls": calls,
-            "device": device, "brax_backend": brax_backend if environment != "cartpole" else ""}
+            "device": device, "brax_backend": brax_backend if environment != "cartpole" else "",
+            "timed_compilations": compilations}

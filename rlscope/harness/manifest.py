@@ -29,7 +29,7 @@ import yaml
 
 from rlscope.errors import ManifestError
 
-__all__ = ["Manifest", "GridPoint", "load_manifest", "SCALES"]
+__all__ = ["Manifest", "GridPoint", "load_manifest", "with_overrides", "SCALES"]
 
 SCALES = ("quick", "full")
 Scalar = str | int | float | bool
@@ -115,6 +115,41 @@ def load_manifest(path: str | Path, scale: str = "quick") -> Manifest:
         problem = getattr(err, "problem", None) or str(err)
         raise ManifestError(f"{where}: not valid YAML ({problem}); fix the syntax at that line") from err
     return _Validator(path, root).manifest(data, scale)
+
+
+def with_overrides(manifests: list[Manifest], overrides: Mapping[str, Scalar]) -> list[Manifest]:
+    """``manifests`` with ``overrides`` (``rlscope run --set NAME=VALUE``) applied after their scale:
+    a fixed parameter gets the value, a grid parameter's list becomes that one value.
+
+    A name applies to the manifests that have that parameter (``--set device=cuda`` over every
+    manifest leaves one without a device alone), but a name no manifest has is an error, so a
+    typo cannot silently run the defaults."""
+    for name in overrides:
+        if not any(name in m.params or name in m.grid for m in manifests):
+            _override(manifests[0], {name: overrides[name]})  # raises, naming the parameters it has
+    return [_override(m, {k: v for k, v in overrides.items() if k in m.params or k in m.grid}) for m in manifests]
+
+
+def _override(manifest: Manifest, overrides: Mapping[str, Scalar]) -> Manifest:
+    params, grid = dict(manifest.params), dict(manifest.grid)
+    for name, value in overrides.items():
+        where = f"{manifest.path}: --set {name}={value}"
+        if name in params:
+            params[name] = value
+        elif name in grid:
+            grid[name] = (value,)
+        else:
+            known = ", ".join(sorted([*params, *grid]))
+            hint = difflib.get_close_matches(name, [*params, *grid], n=1)
+            raise ManifestError(f"{where}: the manifest has no parameter {name!r}"
+                                f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; its parameters: {known}")
+        try:
+            check = getattr(importlib.import_module(manifest.workload.partition(":")[0]), "check_params", None)
+        except ImportError:
+            check = None
+        if check is not None and (problem := check(name, value)) is not None:
+            raise ManifestError(f"{where}: {problem}")
+    return dataclasses.replace(manifest, params=params, grid=grid) if overrides else manifest
 
 
 def _slug(value: Scalar) -> str:
