@@ -3,7 +3,7 @@ PYTHON ?= python3
 # Pinned: an unpinned torch may pull a multi-GB CUDA build. On a GPU box, any CUDA build of this
 # version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
 TORCH ?= torch==2.13.0
-EXTRAS ?= rl,jax,sims,dev
+EXTRAS ?= rl,jax,sims,dist,dev
 # The environment make installs into and runs from; the container sets VENV=/opt/venv, the image's.
 VENV ?= .venv
 PY := $(VENV)/bin/python

@@ -6,6 +6,7 @@ exits 1 after saying which runs failed and where their logs are.
 
 from __future__ import annotations
 
+import contextlib
 import sys
 from pathlib import Path
 from typing import Any
@@ -35,30 +36,38 @@ def cli() -> None:
 @click.option("--output", "output_dir", type=click.Path(path_type=Path), default=Path("output"), show_default=True,
               help="Runs go to OUTPUT/<experiment>/, figures to OUTPUT/artifacts/experiment_<experiment>/.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs in flight at once (timings are cleanest with 1).")
+              help="Local executor: runs in flight at once (timings are cleanest with 1).")
+@click.option("--executor", "executor_name", type=click.Choice(["local", "ray"]), default="local", show_default=True,
+              help="local: subprocesses on this machine; ray: Ray tasks (one CPU, one GPU where the run uses it).")
+@click.option("--address", default=None, metavar="ADDRESS",
+              help="Ray: 'auto' or HOST:PORT of a running cluster (default: start Ray on this machine).")
 @click.option("--force", is_flag=True, help="Re-run runs that are already complete.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", callback=lambda _c, _p, v: _assignments(v),
               help="Give a parameter one value (after the scale's) in each manifest having it, e.g. --set device=cuda.")
-def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, force: bool, plot: bool,
-        overrides: dict[str, Any]) -> None:
+def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, executor_name: str,
+        address: str | None, force: bool, plot: bool, overrides: dict[str, Any]) -> None:
     """Run every point of each MANIFEST's parameter grid; complete runs are reused.
 
     With several manifests, a failed run in one never stops the others: the end lists every
     manifest's runs (ok, failed, skipped) and the exit status is 1 if any run failed."""
-    from rlscope.harness.executors import LocalExecutor
     from rlscope.harness.manifest import load_manifest, with_overrides
     from rlscope.harness.runner import run_sweep
 
+    if address is not None and executor_name != "ray":
+        raise click.BadParameter("--address is for --executor ray", param_hint="--address")
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
     summaries = []
-    for spec in specs:
-        summary = run_sweep(spec, output_dir, executor=LocalExecutor(jobs=jobs), force=force)
-        summaries.append((spec, summary))
-        _report(spec, scale, summary, output_dir, plot)
-        if summary.interrupted:
-            click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
-            sys.exit(EXIT_INTERRUPTED)
+    with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
+        for spec in specs:
+            summary = run_sweep(spec, output_dir, executor=executor, force=force)
+            summaries.append((spec, summary))
+            _report(spec, scale, summary, output_dir, plot)
+            if summary.interrupted:
+                break
+    if summaries[-1][1].interrupted:
+        click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
+        sys.exit(EXIT_INTERRUPTED)
     if len(summaries) > 1:
         click.echo(f"\nsummary ({scale}):")
         for spec, summary in summaries:
@@ -68,6 +77,16 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, fo
                 click.echo(f"    {outcome.status} {outcome.run_id}: log {outcome.log}")
     if any(summary.failures for _, summary in summaries):
         sys.exit(EXIT_RUNS_FAILED)
+
+
+def _executor(name: str, jobs: int, address: str | None) -> Any:
+    if name == "ray":
+        from rlscope.harness.ray_executor import RayExecutor
+
+        return RayExecutor(address)
+    from rlscope.harness.executors import LocalExecutor
+
+    return LocalExecutor(jobs=jobs)
 
 
 def _assignments(texts: tuple[str, ...]) -> dict[str, Any]:

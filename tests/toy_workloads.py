@@ -41,3 +41,18 @@ def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, cra
         os.kill(os.getpid(), signal.SIGKILL)
     time.sleep(sleep_s)
     return {"y": float(x * x)}
+
+
+def gpu_env(x: int, device: str = "auto", sleep_s: float = 0.0) -> dict[str, str | float]:
+    """Which GPUs the run was given, as its executor set them."""
+    time.sleep(sleep_s)
+    return {"y": float(x * x), "cuda_visible_devices": os.environ.get("CUDA_VISIBLE_DEVICES", "unset")}
+
+
+def recorded_start(x: int, starts: str, sleep_s: float = 0.0) -> dict[str, float]:
+    """Append x and the worker's parent (the process executing the run: a test kills it to stand
+    for a dying machine) to the file ``starts`` when starting, then sleep."""
+    with open(starts, "a") as f:
+        f.write(f"{x} {os.getppid()}\n")
+    time.sleep(sleep_s)
+    return {"y": float(x * x)}

@@ -1,8 +1,11 @@
 """Executors decide where runs execute; the runner decides what a run is.
 
-An executor takes a list of runs and a ``launch`` callable (which starts the run's subprocess and
-waits for it) and yields outcomes as runs finish. The local executor keeps ``jobs`` runs in
-flight and, where GPUs are visible, pins each slot to one GPU through ``CUDA_VISIBLE_DEVICES``.
+An executor takes a list of runs and the runner's launcher and yields outcomes as runs finish.
+The launcher executes a run here (``launcher(run, slot_env)``), or, for an executor that runs
+workers elsewhere (:mod:`rlscope.harness.ray_executor`), prepares its directory
+(``launcher.prepare(run)``) and turns what came back into its outcome (``launcher.settle``,
+``launcher.lost``). The local executor keeps ``jobs`` runs in flight and, where GPUs are visible,
+pins each slot to one GPU through ``CUDA_VISIBLE_DEVICES``.
 """
 
 from __future__ import annotations
@@ -23,6 +26,10 @@ Launch = Callable[[Run, Mapping[str, str]], Outcome]
 class Executor(Protocol):
     def run_all(self, runs: Sequence[Run], launch: Launch) -> Iterator[Outcome]:
         """Yield one outcome per run, in completion order."""
+        ...
+
+    def close(self) -> None:
+        """Release what the executor holds (a Ray connection); runs are over by then."""
         ...
 
 
@@ -85,3 +92,6 @@ class LocalExecutor:
         finally:
             # Never block here: on Ctrl-C the runner kills the subprocesses these threads wait on.
             pool.shutdown(wait=False, cancel_futures=True)
+
+    def close(self) -> None:
+        """Nothing to release: each sweep's threads end with it."""

@@ -20,10 +20,7 @@ from __future__ import annotations
 
 import dataclasses
 import io
-import os
-import signal
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -37,6 +34,7 @@ import rlscope
 from rlscope.harness.executors import Executor, LocalExecutor
 from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
+from rlscope.harness.process import kill_worker, start_worker, worker_env
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
 
 __all__ = ["RunOutcome", "SweepSummary", "run_sweep", "collect_results"]
@@ -112,6 +110,7 @@ class _Launcher:
         self.stopping = False
 
     def __call__(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
+        """Execute ``point`` here, in a worker subprocess with ``slot_env`` added to its environment."""
         with self._lock:
             self._in_hand += 1
         try:
@@ -121,43 +120,56 @@ class _Launcher:
                 self._in_hand -= 1
                 self._settled.notify_all()
 
-    def _launch(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
+    def prepare(self, point: GridPoint) -> tuple[Path, dict[str, Any]]:
+        """The run's directory, cleared of a previous attempt's outcome, with its config.json."""
         run_dir = self.runs_dir / point.run_id
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("DONE", "result.json", PARTIAL_FILE):
             (run_dir / stale).unlink(missing_ok=True)
-        write_json_atomic(run_dir / "config.json", _config(self.manifest, point))
-        env = {**os.environ, **slot_env, "PYTHONUNBUFFERED": "1", "RLSCOPE_RUN_DIR": str(run_dir)}
-        # Workloads are named as importable modules relative to where `rlscope run` was started.
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (os.getcwd(), env.get("PYTHONPATH", "")) if p)
+        config = _config(self.manifest, point)
+        write_json_atomic(run_dir / "config.json", config)
+        return run_dir, config
+
+    def _launch(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
+        run_dir, _ = self.prepare(point)
+        env = worker_env(run_dir, slot_env)
         started = time.perf_counter()
         with open(run_dir / "log.txt", "wb") as log:
             # Checked and started under the lock stop_all takes: no run starts after it has looked.
             with self._lock:
                 if self.stopping:
                     return RunOutcome(point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
-                proc = subprocess.Popen(
-                    [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
-                    stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env,
-                    start_new_session=True,  # Ctrl-C reaches the runner only; it stops the runs itself
-                )
+                proc = start_worker(run_dir, env, log)
                 self._live.add(proc)
             try:
-                returncode = proc.wait(timeout=self.manifest.timeout_s)
+                returncode: int | None = proc.wait(timeout=self.manifest.timeout_s)
             except subprocess.TimeoutExpired:
-                _kill(proc)
-                reason = f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)"
-                return self._unfinished(point, "timeout", time.perf_counter() - started, reason)
+                kill_worker(proc)
+                returncode = None
             finally:
                 with self._lock:
                     self._live.discard(proc)
-        seconds = time.perf_counter() - started
+        return self.settle(point, returncode, time.perf_counter() - started)
+
+    def settle(self, point: GridPoint, returncode: int | None, seconds: float) -> RunOutcome:
+        """The outcome of a worker that exited with ``returncode`` (None: killed at the timeout),
+        its files in the run directory; DONE is written here, last, for a clean exit only."""
+        run_dir = self.runs_dir / point.run_id
+        if returncode is None:
+            reason = f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)"
+            return self._unfinished(point, "timeout", seconds, reason)
         result = read_json(run_dir / "result.json")
         if returncode != 0 or result is None:
             reason = "interrupted" if self.stopping else f"exit code {returncode}: {last_line(run_dir / 'log.txt')}"
             return self._unfinished(point, "failed", seconds, reason)
         write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
         return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
+
+    def lost(self, point: GridPoint, seconds: float, reason: str) -> RunOutcome:
+        """The outcome of a run whose worker never reported back (its machine went away): failed,
+        with the reason also in its log, where the summary points."""
+        write_atomic(self.runs_dir / point.run_id / "log.txt", f"{reason}\n")
+        return self._unfinished(point, "failed", seconds, reason)
 
     def _unfinished(self, point: GridPoint, status: Status, seconds: float, reason: str) -> RunOutcome:
         """The outcome of a run that did not finish, keeping the repetitions it did finish: they
@@ -182,17 +194,9 @@ class _Launcher:
             self.stopping = True
             live = list(self._live)
         for proc in live:
-            _kill(proc)
+            kill_worker(proc)
         with self._lock:
             self._settled.wait_for(lambda: self._in_hand == 0)
-
-
-def _kill(proc: subprocess.Popen[bytes]) -> None:
-    try:
-        os.killpg(proc.pid, signal.SIGKILL)
-    except ProcessLookupError:
-        pass
-    proc.wait()
 
 
 def run_sweep(
