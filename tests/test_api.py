@@ -71,7 +71,7 @@ def test_a_mismatch_found_while_an_error_unwinds_leaves_the_error_reported(
         if error is not None:
             raise error
 
-    with pytest.raises(error or NestingError, match="" if error else "'a' ended while 'b'"):
+    with pytest.raises(error or NestingError, match=None if error else "'a' ended while 'b'"):
         with rlscope.profile(tmp_path, transitions=False):
             if form == "with":
                 with rlscope.operation("a"):
