@@ -56,6 +56,8 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
 
     if address is not None and executor_name != "ray":
         raise click.BadParameter("--address is for --executor ray", param_hint="--address")
+    if jobs > 1 and executor_name == "ray":
+        click.echo("note: --jobs is the local executor's; with Ray the cluster's CPUs and GPUs decide", err=True)
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
     summaries = []
     with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
