@@ -154,3 +154,16 @@ def test_without_ray_the_executor_says_how_to_install_it(tmp_path: Path, cli_env
     proc = subprocess.run([sys.executable, "-m", "rlscope.cli", "run", str(path), "--executor", "ray",
                            "--output", str(tmp_path / "o")], capture_output=True, text=True, env=env)
     assert proc.returncode == 2 and "pip install 'rlscope[dist]'" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_a_task_that_raises_on_its_node_is_a_failed_run_with_the_error(tmp_path: Path, cluster) -> None:
+    class Launcher:  # prepares a config the task cannot use (no timeout): the task raises KeyError
+        def prepare(self, run):
+            return tmp_path, {"run_id": "r", "experiment": "e", "params": {}}
+
+        def lost(self, run, seconds, reason):
+            return reason
+
+    executor = RayExecutor(cluster.address)
+    (reason,) = list(executor.run_all(["r"], Launcher()))
+    assert reason.startswith("the Ray task failed") and "timeout_s" in reason

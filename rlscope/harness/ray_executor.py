@@ -90,6 +90,7 @@ class RayExecutor:
             raise RlscopeError(INSTALL_HINT) from err
         self._ray = ray
         self.address = address
+        self._connected = False  # by this executor: a Ray session the caller opened stays theirs
 
     def _connect(self) -> None:
         ray = self._ray
@@ -103,6 +104,7 @@ class RayExecutor:
             options["include_dashboard"] = False
         try:
             ray.init(**options)
+            self._connected = True
         except ConnectionError as err:
             raise RlscopeError(f"no Ray cluster at --address {self.address}: start one (`ray start --head`) "
                                f"or leave --address out to start Ray on this machine ({err})") from err
@@ -130,6 +132,9 @@ class RayExecutor:
                 run, run_dir, submitted = pending.pop(ref)
                 try:
                     reply = ray.get(ref)
+                except ray.exceptions.RayTaskError as err:  # the task itself raised, on its node
+                    yield launcher.lost(run, time.perf_counter() - submitted, f"the Ray task failed: {err}")
+                    continue
                 except ray.exceptions.RayError as err:
                     reason = f"its Ray worker or node died twice (Ray retries a run once): {type(err).__name__}"
                     yield launcher.lost(run, time.perf_counter() - submitted, reason)
@@ -155,6 +160,7 @@ class RayExecutor:
             pass
 
     def close(self) -> None:
-        """Disconnect from Ray (and stop it, if this executor started it)."""
-        if self._ray.is_initialized():
+        """Disconnect from Ray if this executor connected (stopping it, if it started it)."""
+        if self._connected and self._ray.is_initialized():
             self._ray.shutdown()
+        self._connected = False
