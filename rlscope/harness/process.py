@@ -16,6 +16,8 @@ from typing import IO
 
 __all__ = ["worker_env", "start_worker", "kill_worker", "run_worker"]
 
+_PR_SET_PDEATHSIG = 1  # linux/prctl.h
+
 
 def worker_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
     """The worker's environment: this process's, ``extra`` (e.g. a pinned GPU), the run directory,
@@ -33,16 +35,20 @@ def start_worker(run_dir: Path, env: Mapping[str, str], log: IO[bytes],
     ``die_with_parent``: the kernel kills the worker if its parent dies (Linux), for parents that
     may be killed outright, as a Ray worker is when it crashes; otherwise the run would go on
     beside its retry."""
+    preexec = None
+    if die_with_parent and sys.platform == "linux":
+        # Looked up here, in the parent: the child of a threaded process (a Ray worker) must not
+        # load libraries between fork and exec, only make the call.
+        prctl = ctypes.CDLL(None, use_errno=True).prctl
+
+        def preexec() -> None:
+            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
     return subprocess.Popen(
         [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
         stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True,
-        preexec_fn=_die_with_parent if die_with_parent and sys.platform == "linux" else None,
+        preexec_fn=preexec,
     )
-
-
-def _die_with_parent() -> None:
-    """In the child, before exec: SIGKILL when the parent exits (prctl PR_SET_PDEATHSIG)."""
-    ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)
 
 
 def kill_worker(proc: subprocess.Popen[bytes]) -> None:
