@@ -21,7 +21,7 @@ import difflib
 import importlib
 import itertools
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -132,6 +132,7 @@ def with_overrides(manifests: list[Manifest], overrides: Mapping[str, Scalar]) -
 
 def _override(manifest: Manifest, overrides: Mapping[str, Scalar]) -> Manifest:
     params, grid = dict(manifest.params), dict(manifest.grid)
+    check = _workload_check(manifest.workload) if overrides else None
     for name, value in overrides.items():
         where = f"{manifest.path}: --set {name}={value}"
         if name in params:
@@ -143,13 +144,19 @@ def _override(manifest: Manifest, overrides: Mapping[str, Scalar]) -> Manifest:
             hint = difflib.get_close_matches(name, [*params, *grid], n=1)
             raise ManifestError(f"{where}: the manifest has no parameter {name!r}"
                                 f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; its parameters: {known}")
-        try:
-            check = getattr(importlib.import_module(manifest.workload.partition(":")[0]), "check_params", None)
-        except ImportError:
-            check = None
         if check is not None and (problem := check(name, value)) is not None:
             raise ManifestError(f"{where}: {problem}")
     return dataclasses.replace(manifest, params=params, grid=grid) if overrides else manifest
+
+
+def _workload_check(workload: str) -> Callable[[str, Scalar], str | None] | None:
+    """The workload module's ``check_params(name, value) -> problem or None``, where it offers one
+    (an environment id that does not exist, with a did-you-mean). A module that cannot be imported
+    here is left to the runner, which says what is missing."""
+    try:
+        return getattr(importlib.import_module(workload.partition(":")[0]), "check_params", None)
+    except ImportError:
+        return None
 
 
 def _slug(value: Scalar) -> str:
@@ -281,15 +288,9 @@ class _Validator:
 
     def workload_values(self, workload: str, params: dict[str, Scalar], grid: dict[str, tuple[Scalar, ...]],
                         override: dict[str, Any]) -> None:
-        """Ask the workload's module whether each parameter value means something to it, where it
-        offers a ``check_params(name, value) -> problem or None`` (an environment id that does not
-        exist, with a did-you-mean). A module that cannot be imported here is left to the runner,
-        which says what is missing."""
-        module_name = workload.partition(":")[0]
-        try:
-            check = getattr(importlib.import_module(module_name), "check_params", None)
-        except ImportError:
-            return
+        """Ask the workload's module whether each parameter value means something to it
+        (:func:`_workload_check`)."""
+        check = _workload_check(workload)
         if check is None:
             return
         for name, value in params.items():
