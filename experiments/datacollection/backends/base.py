@@ -147,6 +147,7 @@ def _import_all() -> None:
     from experiments.datacollection.backends import (  # noqa: F401
         cpp,
         cuda,
+        cuda_fused_policy,
         gymnasium_loop,
         jax_vec,
         numpy_vec,

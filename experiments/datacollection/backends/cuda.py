@@ -18,13 +18,13 @@ import numpy as np
 from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
 from rlscope.errors import SkipRun
 
-__all__ = ["CudaKernels", "KERNEL_SOURCE", "compile_kernel"]
+__all__ = ["CudaKernels", "KERNEL_SOURCE", "compile_kernel", "cupy_or_skip"]
 
 KERNEL_SOURCE = Path(__file__).resolve().parents[3] / "csrc" / "cuda" / "cartpole.cu"
 _BLOCK = 256
 
 
-def _cupy() -> Any:
+def cupy_or_skip() -> Any:
     try:
         import cupy
     except ImportError as err:
@@ -38,18 +38,20 @@ def _cupy() -> Any:
 
 
 @functools.cache
-def _module(expressions: tuple[str, ...], source_mtime_ns: int) -> Any:
-    cupy = _cupy()
-    module = cupy.RawModule(code=KERNEL_SOURCE.read_text(), options=("-std=c++17",),
+def _module(source: Path, expressions: tuple[str, ...], sources_mtime_ns: int) -> Any:
+    cupy = cupy_or_skip()
+    module = cupy.RawModule(code=source.read_text(), options=("-std=c++17", f"-I{source.parent}"),
                             name_expressions=list(expressions))
     module.compile()
     return module
 
 
-def compile_kernel(expression: str) -> Any:
-    """The kernel named by a template instance such as ``cartpole_simulate<1000,1,1,true>``
-    (compiled once per process; CuPy also caches the binary on disk)."""
-    return _module((expression,), KERNEL_SOURCE.stat().st_mtime_ns).get_function(expression)
+def compile_kernel(expression: str, source: Path = KERNEL_SOURCE) -> Any:
+    """The kernel named by a template instance such as ``cartpole_simulate<1000,1,1,true>`` in
+    ``source`` (a file of csrc/cuda/, which may include the others); compiled once per process
+    and per change of any of those files. CuPy also caches the binary on disk."""
+    mtime = max(path.stat().st_mtime_ns for path in source.parent.glob("*.cu"))
+    return _module(source, (expression,), mtime).get_function(expression)
 
 
 @register
@@ -63,7 +65,7 @@ class CudaKernels(CartPoleBackend):
         if not device.startswith("cuda"):
             raise SkipRun("the CUDA kernels run on a CUDA GPU only")
         super().__init__(num_envs, seed, device)
-        cp = self.cp = _cupy()
+        cp = self.cp = cupy_or_skip()
         self.state_factor, self.compute_factor = int(state_factor), int(compute_factor)
         if self.state_factor < 1 or self.compute_factor < 1:
             raise ValueError("state_factor and compute_factor must be >= 1")
@@ -81,8 +83,8 @@ class CudaKernels(CartPoleBackend):
         self._grid = ((n + _BLOCK - 1) // _BLOCK,)
         self._n = np.int64(n)
 
-    def _launch(self, expression: str, *args: Any) -> None:
-        compile_kernel(expression)(self._grid, (_BLOCK,), (*args, self._n))
+    def _launch(self, expression: str, *args: Any, source: Path = KERNEL_SOURCE) -> None:
+        compile_kernel(expression, source)(self._grid, (_BLOCK,), (*args, self._n))
 
     def reset(self, seed: int | None = None) -> Any:
         seed = self.seed if seed is None else seed

@@ -1,0 +1,81 @@
+"""Data collection in one kernel (``csrc/cuda/cartpole_policy.cu``): K steps of policy inference,
+action choice, CartPole step and recording per launch, one thread per environment.
+
+The simulator is the ``cuda`` backend's (same state, same reset generator, same physics), so
+``step`` and ``simulate`` are inherited; ``rollout`` is the fused loop. The policy's weights are
+read from the torch module's own parameters through DLPack at every launch: no copies, and a
+learner's in-place update is seen by the next launch.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from experiments.datacollection.backends.base import register
+from experiments.datacollection.backends.cuda import KERNEL_SOURCE, CudaKernels
+
+__all__ = ["CudaFusedPolicy", "FUSED_SOURCE"]
+
+FUSED_SOURCE: Path = KERNEL_SOURCE.with_name("cartpole_policy.cu")
+_SHAPES = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)]  # torch Linear: weight[out][in], bias[out]
+
+
+@register
+class CudaFusedPolicy(CudaKernels):
+    """``rollout(policy, obs, K)`` is one launch; ``sample`` picks sampled instead of argmax
+    actions; ``record`` keeps every step's (obs, action, reward, done) in ``trajectory``."""
+
+    name = "cuda_fused_policy"
+
+    def __init__(self, num_envs: int, seed: int = 0, device: str = "cuda", sample: bool = False,
+                 record: bool = False, **options: Any) -> None:
+        super().__init__(num_envs, seed, device, **options)
+        if self.state_factor != 1 or self.compute_factor != 1 or self.precise != "true":
+            raise ValueError("the fused policy kernel runs CartPole itself (state and compute factor 1, precise)")
+        cp = self.cp
+        self.sample, self.record = bool(sample), bool(record)
+        self.sample_rng = cp.zeros(num_envs, dtype=cp.uint32)
+        self.episode_steps = cp.zeros(num_envs, dtype=cp.int64)
+        self.trajectory: dict[str, Any] = {}
+        self._none = cp.zeros(1, dtype=cp.uint8)  # stands for the trajectory arrays when not recording
+
+    def reset(self, seed: int | None = None) -> Any:
+        obs = super().reset(seed)
+        seed = self.seed if seed is None else seed
+        index = self.cp.arange(self.num_envs, dtype=self.cp.uint64)
+        mixed = (index * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed + 1) * np.uint64(0xBF58476D1CE4E5B9))
+        self.sample_rng[...] = ((mixed >> np.uint64(29)) | np.uint64(1)).astype(self.cp.uint32)
+        self.episode_steps.fill(0)
+        return obs
+
+    def _weights(self, policy: Any) -> list[Any]:
+        import torch
+
+        params = [p.detach() for p in policy.parameters()]
+        shapes = [tuple(p.shape) for p in params]
+        if shapes != _SHAPES or any(p.dtype != torch.float32 for p in params):
+            raise ValueError(f"the fused kernel runs the 4-64-64-2 float32 MLP of make_policy(); got shapes {shapes}")
+        if any(p.device.type != "cuda" for p in params):
+            raise ValueError("the policy must be on the GPU for the fused kernel (make_policy(device='cuda'))")
+        return [self.cp.from_dlpack(p.contiguous()) for p in params]
+
+    def _trajectory(self, fused_steps: int) -> list[Any]:
+        if not self.record:
+            return [self._none] * 4
+        n, cp = self.num_envs, self.cp
+        if self.trajectory.get("steps") != fused_steps:
+            self.trajectory = {"steps": fused_steps, "obs": cp.zeros((fused_steps, 4, n), dtype=cp.float32),
+                               "action": cp.zeros((fused_steps, n), dtype=cp.uint8),
+                               "reward": cp.zeros((fused_steps, n), dtype=cp.float32),
+                               "done": cp.zeros((fused_steps, n), dtype=cp.uint8)}
+        return [self.trajectory[k] for k in ("obs", "action", "reward", "done")]
+
+    def rollout(self, policy: Any, obs: Any, fused_steps: int) -> Any:
+        self._launch(f"cartpole_policy_collect<{int(fused_steps)},{int(self.record)},"
+                     f"{'true' if self.sample else 'false'}>", self.state[0], self.elapsed, self.rng, self.sample_rng,
+                     *self._weights(policy), self.episodes, self.episode_steps, self.obs,
+                     *self._trajectory(fused_steps), source=FUSED_SOURCE)
+        return self.to_policy(self.obs)
