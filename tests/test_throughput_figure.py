@@ -42,3 +42,14 @@ def test_labels_say_where_simulator_and_policy_ran():
     assert backend_label({"backend": "gymnasium", "device": "cuda"}).endswith("(simulator cpu, policy cuda)")
     assert backend_label({"backend": "jax", "device": "cuda"}).endswith("(cuda)")
     assert backend_label({"backend": "numpy", "device": "cpu"}).endswith("(cpu)")
+
+
+def test_the_fused_kernels_precisions_and_recording_are_separate_lines_in_shades_of_one_colour():
+    rows = [{"status": "ok", "backend": "cuda_fused_policy", "device": "cuda", "num_envs": n, "fused_steps": k,
+             "precision": p, "record": r, "samples_per_s": float(n)}
+            for p, r, k in (("fp32", False, 1000), ("bf16", False, 1000), ("bf16", True, 128)) for n in (1024, 65536)]
+    frame = pd.DataFrame(rows)
+    labels = set(frame.apply(backend_label, axis=1))
+    assert len(labels) == 3 and any("records the trajectory" in label for label in labels)
+    lines = _lines(throughput_vs_envs(frame, {"scale": "full"}))
+    assert len(lines) == 3 and len({colour for colour, _ in lines}) == 3

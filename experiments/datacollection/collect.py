@@ -37,8 +37,13 @@ def data_collection(
     seed: int = 0,
     torch_threads: int = 0,
     fused_steps: int = 1,
+    precision: str = "",
+    record: bool = False,
 ) -> dict[str, Any]:
-    """Run ``steps`` timed steps of policy inference + simulation; return throughput and counts."""
+    """Run ``steps`` timed steps of policy inference + simulation; return throughput and counts.
+
+    ``precision`` and ``record`` are the fused policy kernel's (``cuda_fused_policy``): fp32 or
+    bf16, and whether every step's (obs, action, reward, done) is stored (K rows per call)."""
     import torch
 
     from experiments.datacollection.backends import make_backend
@@ -49,7 +54,10 @@ def data_collection(
         torch.set_num_threads(torch_threads)
     steps = -(-steps // fused_steps) * fused_steps  # whole calls of K steps: round up
     device = resolve_device(device)
-    env = make_backend(backend, num_envs, seed, **backend_options(backend, device, threads))
+    knobs = {"precision": precision or "fp32", "record": record} if backend == "cuda_fused_policy" else {}
+    if backend != "cuda_fused_policy" and (precision or record):
+        raise ValueError(f"precision and record are options of cuda_fused_policy, not of {backend}")
+    env = make_backend(backend, num_envs, seed, **backend_options(backend, device, threads, **knobs))
     policy = make_policy(hidden, device, seed)
 
     obs = env.reset()

@@ -22,6 +22,7 @@ _BACKEND_NAMES = {
     "torch_graph": "PyTorch, K steps in a CUDA graph",
     "jax": "JAX / XLA (lax.scan over K steps)",
     "cuda": "CUDA kernel (K steps per launch)",
+    "cuda_fused_policy": "CUDA kernel with the policy fused in",
 }
 # One colour per implementation in every figure of the study (seaborn's colour-blind palette).
 BACKEND_COLORS = dict(zip(_BACKEND_NAMES, sns.color_palette("colorblind", len(_BACKEND_NAMES)).as_hex()))
@@ -39,13 +40,25 @@ def backend_label(row: Mapping[str, Any]) -> str:
         extra.append(f"simulator cpu, policy {device}" if on_cpu else device)
     if row["backend"] == "cpp" and "threads" in row and row["threads"] == row["threads"]:
         extra.append(f"{int(row['threads'])} threads")
+    if row["backend"] == "cuda_fused_policy":
+        precision = row.get("precision")
+        extra.append("bf16 tensor cores" if precision == "bf16" else "fp32")
+        if row.get("record") in (True, "True", "true"):
+            extra.append("records the trajectory")
     return f"{name} ({', '.join(extra)})" if extra else name
 
 
 def backend_palette(frame: pd.DataFrame) -> dict[str, str]:
-    """Each implementation label of ``frame`` (its ``implementation`` column) in its backend's colour."""
+    """Each implementation label of ``frame`` (its ``implementation`` column) in its backend's colour;
+    several labels of one backend (the fused kernel's precisions) get shades of it, dark to full."""
     pairs = frame[["implementation", "backend"]].drop_duplicates()
-    return {label: BACKEND_COLORS.get(backend, "#333333") for label, backend in pairs.itertuples(index=False)}
+    palette: dict[str, str] = {}
+    for backend, labels in pairs.groupby("backend")["implementation"]:
+        base = BACKEND_COLORS.get(backend, "#333333")
+        ordered = sorted(labels)
+        shades = [base] if len(ordered) == 1 else sns.dark_palette(base, len(ordered) + 1).as_hex()[1:]
+        palette.update(zip(ordered, shades))
+    return palette
 
 
 def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:

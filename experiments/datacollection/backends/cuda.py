@@ -83,8 +83,10 @@ class CudaKernels(CartPoleBackend):
         self._grid = ((n + _BLOCK - 1) // _BLOCK,)
         self._n = np.int64(n)
 
-    def _launch(self, expression: str, *args: Any, source: Path = KERNEL_SOURCE) -> None:
-        compile_kernel(expression, source)(self._grid, (_BLOCK,), (*args, self._n))
+    def _launch(self, expression: str, *args: Any, source: Path = KERNEL_SOURCE, threads: int | None = None) -> None:
+        """Launch with one thread per environment, or ``threads`` in all (blocks of 256)."""
+        grid = self._grid if threads is None else ((threads + _BLOCK - 1) // _BLOCK,)
+        compile_kernel(expression, source)(grid, (_BLOCK,), (*args, self._n))
 
     def reset(self, seed: int | None = None) -> Any:
         seed = self.seed if seed is None else seed

@@ -1,5 +1,9 @@
 """Data collection in one kernel (``csrc/cuda/cartpole_policy.cu``): K steps of policy inference,
-action choice, CartPole step and recording per launch, one thread per environment.
+action choice, CartPole step and recording per launch.
+
+``precision="fp32"``: one thread per environment, FP32 throughout (actions equal PyTorch's but
+for near-ties). ``precision="bf16"``: a warp per 16 environments, the 64 x 64 layer on tensor
+cores (bf16 operands, fp32 accumulation).
 
 The simulator is the ``cuda`` backend's (same state, same reset generator, same physics), so
 ``step`` and ``simulate`` are inherited; ``rollout`` is the fused loop. The policy's weights are
@@ -17,9 +21,11 @@ import numpy as np
 from experiments.datacollection.backends.base import register
 from experiments.datacollection.backends.cuda import KERNEL_SOURCE, CudaKernels
 
-__all__ = ["CudaFusedPolicy", "FUSED_SOURCE"]
+__all__ = ["CudaFusedPolicy", "FUSED_SOURCE", "PRECISIONS"]
 
 FUSED_SOURCE: Path = KERNEL_SOURCE.with_name("cartpole_policy.cu")
+PRECISIONS = ("fp32", "bf16")
+_ENVS_PER_WARP = 16  # the bf16 kernel's tile
 _SHAPES = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)]  # torch Linear: weight[out][in], bias[out]
 
 
@@ -31,8 +37,11 @@ class CudaFusedPolicy(CudaKernels):
     name = "cuda_fused_policy"
 
     def __init__(self, num_envs: int, seed: int = 0, device: str = "cuda", sample: bool = False,
-                 record: bool = False, **options: Any) -> None:
+                 record: bool = False, precision: str = "fp32", **options: Any) -> None:
+        if precision not in PRECISIONS:
+            raise ValueError(f"precision {precision!r}: use one of {', '.join(PRECISIONS)}")
         super().__init__(num_envs, seed, device, **options)
+        self.precision = precision
         if self.state_factor != 1 or self.compute_factor != 1 or self.precise != "true":
             raise ValueError("the fused policy kernel runs CartPole itself (state and compute factor 1, precise)")
         cp = self.cp
@@ -74,8 +83,10 @@ class CudaFusedPolicy(CudaKernels):
         return [self.trajectory[k] for k in ("obs", "action", "reward", "done")]
 
     def rollout(self, policy: Any, obs: Any, fused_steps: int) -> Any:
-        self._launch(f"cartpole_policy_collect<{int(fused_steps)},{int(self.record)},"
-                     f"{'true' if self.sample else 'false'}>", self.state[0], self.elapsed, self.rng, self.sample_rng,
+        kernel = "cartpole_policy_collect" if self.precision == "fp32" else "cartpole_policy_collect_mma"
+        threads = None if self.precision == "fp32" else 32 * -(-self.num_envs // _ENVS_PER_WARP)
+        self._launch(f"{kernel}<{int(fused_steps)},{int(self.record)},{'true' if self.sample else 'false'}>",
+                     self.state[0], self.elapsed, self.rng, self.sample_rng,
                      *self._weights(policy), self.episodes, self.episode_steps, self.obs,
-                     *self._trajectory(fused_steps), source=FUSED_SOURCE)
+                     *self._trajectory(fused_steps), source=FUSED_SOURCE, threads=threads)
         return self.to_policy(self.obs)
