@@ -54,8 +54,10 @@ class CudaFusedPolicy(CudaKernels):
     def reset(self, seed: int | None = None) -> Any:
         obs = super().reset(seed)
         seed = self.seed if seed is None else seed
+        # A hash of (seed, index), never zero (xorshift would stay at zero); wraps modulo 2^64 on the device.
         index = self.cp.arange(self.num_envs, dtype=self.cp.uint64)
-        mixed = (index * np.uint64(0x9E3779B97F4A7C15) + np.uint64(seed + 1) * np.uint64(0xBF58476D1CE4E5B9))
+        offset = np.uint64((seed + 1) * 0xBF58476D1CE4E5B9 % 2**64)
+        mixed = index * np.uint64(0x9E3779B97F4A7C15) + offset
         self.sample_rng[...] = ((mixed >> np.uint64(29)) | np.uint64(1)).astype(self.cp.uint32)
         self.episode_steps.fill(0)
         return obs
