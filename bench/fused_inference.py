@@ -1,17 +1,24 @@
 """CartPole data collection with the MLP policy in the loop: the fused kernel beside the best
 unfused ways, side by side in one process (issue: fused simulation + policy inference).
 
-    python bench/fused_inference.py [--log2-envs 10 12 14 16 18 20 22] [--rounds 3] [--out fused_inference.csv]
-    ncu --kernel-name regex:cartpole_policy --metrics ... python bench/fused_inference.py --ncu-target "fused bf16"
+    python bench/fused_inference.py [--log2-envs 10 12 14 16 18 20 22] [--rounds 3] \
+        [--out fused_inference.csv] [--figure fused_inference.png]
+    ncu --kernel-name regex:cartpole_policy --launch-count 1 --launch-skip 2 --metrics \
+        sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active,\
+        sm__inst_executed_pipe_xu.avg.pct_of_peak_sustained_active,\
+        sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active,\
+        sm__instruction_throughput.avg.pct_of_peak_sustained_active,\
+        sm__warps_active.avg.pct_of_peak_sustained_active,gpu__time_duration.sum \
+        python bench/fused_inference.py --ncu-target "fused fp16" --log2-envs 20
 
 Per N, every configuration is built once (compiled, captured, warmed up) and then timed in
 interleaved rounds, the order rotated each round, each for at least ``--min-seconds`` of whole
 ``rollout`` calls with the device drained before the clock stops. Samples/s = N x K x calls /
 seconds (reset steps counted). Configurations:
 
-- ``fused fp32`` / ``fused bf16``: ``cuda_fused_policy``, argmax actions, episode statistics only,
+- ``fused fp32`` / ``fused fp16``: ``cuda_fused_policy``, argmax actions, episode statistics only,
   K = 1000 steps per launch;
-- ``fused bf16 + trajectory``: the same, recording (obs, action, reward, done) of T = 128 steps
+- ``fused fp16 + trajectory``: the same, recording (obs, action, reward, done) of T = 128 steps
   per launch (K = 128), as a PPO rollout buffer;
 - ``jax scan``: JAX ``lax.scan`` over K = 1000 steps of policy + simulation;
 - ``torch graph``: PyTorch, K = 1000 steps captured in one CUDA graph;
@@ -19,7 +26,8 @@ seconds (reset steps counted). Configurations:
   (K = 1000 steps per timed call).
 
 A configuration that fails to build (out of memory, a graph too large) is reported with its
-error and left out of that N. The end prints, per N, each fused configuration's ratio to the
+error and left out of that N. ``--figure`` draws the rounds as the manifest's throughput figure
+(one line per configuration, mean and sd over rounds). The end prints, per N, each fused configuration's ratio to the
 best unfused one, and for the trajectory mode the bytes it stores per second against the
 device's copy bandwidth (bytes written per second of a 1 GiB device-to-device copy).
 
@@ -46,8 +54,8 @@ def configurations() -> dict[str, tuple[str, dict[str, Any], int]]:
     """name -> (backend, options, K)."""
     return {
         "fused fp32": ("cuda_fused_policy", {"precision": "fp32"}, 1000),
-        "fused bf16": ("cuda_fused_policy", {"precision": "bf16"}, 1000),
-        "fused bf16 + trajectory": ("cuda_fused_policy", {"precision": "bf16", "record": True}, 128),
+        "fused fp16": ("cuda_fused_policy", {"precision": "fp16"}, 1000),
+        "fused fp16 + trajectory": ("cuda_fused_policy", {"precision": "fp16", "record": True}, 128),
         "jax scan": ("jax", {}, 1000),
         "torch graph": ("torch_graph", {}, 1000),
         "cuda sim + torch policy": ("cuda", {}, 1000),
@@ -115,6 +123,7 @@ def main() -> None:
     parser.add_argument("--min-seconds", type=float, default=0.3)
     parser.add_argument("--only", nargs="+", default=None, help="configuration names to run (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="CSV of every round's measurement")
+    parser.add_argument("--figure", type=Path, default=None, help="samples/s vs N of every configuration (PNG/PDF)")
     parser.add_argument("--ncu-target", default=None, choices=list(configurations()),
                         help="only launch this configuration a few times, for Nsight Compute")
     args = parser.parse_args()
@@ -148,7 +157,11 @@ def main() -> None:
                 env, obs = built[name]
                 rate, obs = timed(env, obs, policy, configs[name][2], args.min_seconds)
                 built[name] = (env, obs)
-                rows.append({"num_envs": n, "config": name, "round": round_, "samples_per_s": rate})
+                backend, options, k = configs[name]
+                rows.append({"num_envs": n, "config": name, "round": round_, "samples_per_s": rate,
+                             "backend": backend, "precision": options.get("precision", ""),
+                             "record": options.get("record", False), "fused_steps": k, "device": "cuda",
+                             "status": "ok"})
         del built
         torch.cuda.empty_cache()
         frame = pd.DataFrame([r for r in rows if r["num_envs"] == n])
@@ -165,6 +178,11 @@ def main() -> None:
                   f"  x{ratio:.2f} best unfused{extra}", flush=True)
     if args.out is not None:
         pd.DataFrame(rows).to_csv(args.out, index=False)
+    if args.figure is not None and rows:
+        from rlscope.plot.throughput import throughput_vs_envs
+
+        subtitle = f"{torch.cuda.get_device_name()}, bench/fused_inference.py, mean ± sd over {args.rounds} rounds"
+        throughput_vs_envs(pd.DataFrame(rows), {"subtitle": subtitle}).savefig(args.figure, dpi=150)
 
 
 if __name__ == "__main__":

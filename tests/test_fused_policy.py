@@ -85,11 +85,17 @@ def test_trajectory_equals_the_unfused_simulator_driven_by_the_torch_policy() ->
     torch.backends.cuda.matmul.allow_tf32 = False
     policy = make_policy(device="cuda", seed=4)
     k = 64
+    # Start states spread over the observation space: many episodes end within k steps, so the
+    # same-step resets are compared too.
+    states = random_states(np.random.default_rng(5), N).astype(np.float32)
     backend = fused(record=True, seed=7)
+    backend.set_state(states, np.zeros(N, dtype=np.int64))
     backend.rollout(policy, None, k)
     backend.synchronize()
     reference = make_backend("cuda", N, seed=7, device="cuda")
-    obs = reference.reset()
+    reference.reset()
+    reference.set_state(states, np.zeros(N, dtype=np.int64))
+    obs = reference.to_policy(reference.cp.asarray(states))
     agree = np.ones(N, dtype=bool)
     for step in range(k):
         recorded = as_numpy(backend.trajectory["obs"][step]).T
@@ -105,7 +111,8 @@ def test_trajectory_equals_the_unfused_simulator_driven_by_the_torch_policy() ->
         assert np.array_equal(as_numpy(backend.trajectory["done"][step]).astype(bool)[agree], done[agree])
         obs = t.obs
     assert agree.mean() > 0.999
-    assert backend.episodes_finished() > 0, "some episode should end in 64 steps, or resets go unchecked"
+    assert backend.episodes_finished() > N // 10, "many episodes should end in 64 steps, or resets go unchecked"
+    assert backend.episodes_finished() == int(as_numpy(backend.trajectory["done"]).sum())
 
 
 @pytest.mark.gpu
@@ -142,16 +149,16 @@ def test_weights_changed_in_place_between_launches_change_the_actions() -> None:
     assert np.array_equal(second[clear], 1 - first[clear])
 
 
-BF16_MARGIN = 0.05  # |l1 - l0| (FP32) under which bf16 may pick the other action
+FP16_MARGIN = 0.05  # |l1 - l0| (FP32) under which fp16 may pick the other action
 
 
 @pytest.mark.gpu
-@pytest.mark.parametrize("n", [N, N + 5])  # a last tile of the bf16 kernel partly padding
-def test_bf16_argmax_agrees_with_fp32_and_disagrees_only_near_ties(n: int) -> None:
+@pytest.mark.parametrize("n", [N, N + 5])  # a last tile of the fp16 kernel partly padding
+def test_fp16_argmax_agrees_with_fp32_and_disagrees_only_near_ties(n: int) -> None:
     policy = make_policy(device="cuda", seed=8)
     states = random_states(np.random.default_rng(2), n).astype(np.float32)
     actions = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "fp16"):
         backend = fused(record=True, precision=precision, n=n)
         backend.set_state(states, np.zeros(n, dtype=np.int64))
         backend.rollout(policy, None, 1)
@@ -159,22 +166,29 @@ def test_bf16_argmax_agrees_with_fp32_and_disagrees_only_near_ties(n: int) -> No
         actions[precision] = as_numpy(backend.trajectory["action"][0])
         np.testing.assert_array_equal(as_numpy(backend.trajectory["obs"][0]).T, states)
     logits = logits_of(policy, states)
-    differ = actions["fp32"] != actions["bf16"]
+    differ = actions["fp32"] != actions["fp16"]
     assert differ.mean() <= 1e-3, differ.mean()
-    assert np.all(np.abs(logits[differ, 1] - logits[differ, 0]) < BF16_MARGIN)
+    assert np.all(np.abs(logits[differ, 1] - logits[differ, 0]) < FP16_MARGIN)
 
 
 @pytest.mark.gpu
-def test_bf16_kernel_steps_the_simulator_as_the_fp32_one_where_actions_agree() -> None:
+def test_fp16_kernel_steps_the_simulator_as_the_fp32_one_where_actions_agree() -> None:
+    """In closed loop the policy keeps the pole near its decision boundary, where near-ties are
+    common: an environment whose fp16 action once differs follows another trajectory from then
+    on. Up to its first difference, every recorded value must be the fp32 kernel's."""
     policy = make_policy(device="cuda", seed=9)
     runs = {}
-    for precision in ("fp32", "bf16"):
+    for precision in ("fp32", "fp16"):
         backend = fused(record=True, precision=precision, seed=3)
         backend.rollout(policy, None, 32)
         backend.synchronize()
         runs[precision] = {k: as_numpy(v) for k, v in backend.trajectory.items() if k != "steps"}
-    same_actions = np.all(runs["fp32"]["action"] == runs["bf16"]["action"], axis=0)
-    assert same_actions.mean() > 0.99
+    same_so_far = np.cumprod(runs["fp32"]["action"] == runs["fp16"]["action"], axis=0).astype(bool)
+    assert same_so_far[-1].mean() > 0.9
     for key in ("obs", "done", "reward"):
-        a, b = runs["fp32"][key], runs["bf16"][key]
-        np.testing.assert_array_equal(a[..., same_actions], b[..., same_actions])
+        a, b = runs["fp32"][key], runs["fp16"][key]
+        if key == "obs":
+            mask = np.repeat(same_so_far[:, None, :], 4, axis=1)
+        else:
+            mask = same_so_far
+        np.testing.assert_array_equal(a[mask], b[mask])

@@ -47,7 +47,7 @@ def test_labels_say_where_simulator_and_policy_ran():
 def test_the_fused_kernels_precisions_and_recording_are_separate_lines_in_shades_of_one_colour():
     rows = [{"status": "ok", "backend": "cuda_fused_policy", "device": "cuda", "num_envs": n, "fused_steps": k,
              "precision": p, "record": r, "samples_per_s": float(n)}
-            for p, r, k in (("fp32", False, 1000), ("bf16", False, 1000), ("bf16", True, 128)) for n in (1024, 65536)]
+            for p, r, k in (("fp32", False, 1000), ("fp16", False, 1000), ("fp16", True, 128)) for n in (1024, 65536)]
     frame = pd.DataFrame(rows)
     labels = set(frame.apply(backend_label, axis=1))
     assert len(labels) == 3 and any("records the trajectory" in label for label in labels)

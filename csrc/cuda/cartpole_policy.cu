@@ -78,9 +78,9 @@ __device__ __noinline__ void logits(const Weights& w, const rlscope_cartpole::St
 }
 
 // P(action 1) = softmax(logits)[1] = sigmoid(l1 - l0); u uniform in [0, 1) on a 2^-24 grid.
-__device__ __forceinline__ bool sample_right(const float* l, unsigned& gen) {
+__device__ __forceinline__ bool sample_right(float margin, unsigned& gen) {
   const float u = __uint2float_rn(rlscope_cartpole::next_random(gen) >> 8) * (1.0f / 16777216.0f);
-  return u < 1.0f / (1.0f + expf(l[0] - l[1]));
+  return u < 1.0f / (1.0f + expf(-margin));
 }
 
 }  // namespace rlscope_policy
@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(256) cartpole_policy_collect(
   for (int k = 0; k < K; ++k) {
     float l[kActions];
     logits(weights, s, l);
-    const bool right = SAMPLE ? sample_right(l, gen) : (l[1] > l[0]);
+    const bool right = SAMPLE ? sample_right(l[1] - l[0], gen) : (l[1] > l[0]);
     if (RECORD) {
       const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
 #pragma unroll
@@ -142,184 +142,151 @@ __global__ void __launch_bounds__(256) cartpole_policy_collect(
 }
 
 // ---------------------------------------------------------------------------------------------
-// The same loop with the 64 x 64 layer on tensor cores: mma.sync m16n8k16, bf16 operands, fp32
-// accumulators. A warp steps a tile of 16 environments. Lane l works on rows g = l / 4 and g + 8
-// of the tile (the accumulator layout of mma), columns 8 j + 2 t and 8 j + 2 t + 1 of every
-// 8-wide column tile j, t = l % 4. The four lanes of a quad hold the same two environments and
-// step them identically (the physics is a few dozen flops), so no state moves between lanes;
-// only the last layer's partial sums are reduced across the quad.
+// The same loop with all three layers on tensor cores: mma.sync with fp16 operands and fp32
+// accumulators. A warp steps a tile of 16 environments, the M dimension of the MMAs. Lane l of
+// the warp (group g = l / 4, t = l % 4 in its quad) holds what the MMA layouts give it: rows g
+// and g + 8 of the tile, columns 8 j + 2 t and 8 j + 2 t + 1 of every 8-wide column tile j. An
+// accumulator tile pair is an A tile of the next layer, so activations never leave registers.
 //
-// The first layer (fp32, 4 inputs) is computed straight into the layout of layer 2's A operand
-// (an accumulator tile pair is an A tile), tanh in bf16x2; layer 2's B operand (W2, 4 k-tiles x
-// 8 column tiles, 64 registers) is loaded once per launch and kept in registers; layer 2's
-// output takes tanh in fp32 and feeds layer 3 in fp32.
+// - layer 1 (4 -> 64): m16n8k8. The A operand is the observation padded to 8 columns, column 4
+//   holding 1.0 so that B's row 4 adds the bias; 8 MMAs per step. Its five-term sums accumulate
+//   in fp16: the accumulators are then tanh's packed input as they stand, which saves the
+//   conversions that, with tanh, fill the special-function pipe (the kernel's bottleneck);
+//   rounding the sum costs no more than rounding its inputs to fp16 already does;
+// - layer 2 (64 -> 64): m16n8k16, fp32 accumulators, W2 held in registers as B fragments (64 registers) for the
+//   whole launch; 32 MMAs per step, bias from shared memory as the accumulators' start;
+// - layer 3 (64 -> 2): m16n8k16, the two logits padded to 8 columns; 4 MMAs per step;
+// - tanh: tanh.approx.f16x2 on packed pairs (one MUFU op per two activations).
+//
+// fp16 rather than bf16: activations lie in [-1, 1] and weights well inside fp16's range, so its
+// 10-bit mantissa is the better use of 16 bits (bf16 keeps 7).
+//
+// Each environment is stepped by two lanes of its quad: even lanes own row g's environment, odd
+// lanes row g + 8's; the quad swaps observations with one shuffle per component and gets the
+// logit margin from lane t = 0, which holds the logits of both rows.
 
 namespace rlscope_policy_mma {
 
 constexpr int kTile = 16;  // environments per warp
 
-struct Small {  // everything but W2, in shared memory
-  float w1[kHidden][kObs];
-  float b1[kHidden];
-  float b2[kHidden];
-  float w3[kActions][kHidden];
-  float b3[kActions];
-};
-
-// bf16x2 of (lo, hi): lo in the lower half, the element of the lower column index.
-__device__ __forceinline__ unsigned pack_bf16(float lo, float hi) {
+// (lo, hi) -> f16x2, lo in the lower half: the element of the lower column index.
+__device__ __forceinline__ unsigned pack_f16(float lo, float hi) {
   unsigned r;
-  asm("cvt.rn.bf16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
+  asm("cvt.rn.f16x2.f32 %0, %1, %2;" : "=r"(r) : "f"(hi), "f"(lo));
   return r;
 }
 
-__device__ __forceinline__ unsigned tanh_bf16x2(unsigned x) {
+__device__ __forceinline__ unsigned tanh_f16x2(unsigned x) {
   unsigned r;
-  asm("tanh.approx.bf16x2 %0, %1;" : "=r"(r) : "r"(x));
+  asm("tanh.approx.f16x2 %0, %1;" : "=r"(r) : "r"(x));
   return r;
 }
 
-__device__ __forceinline__ float tanh_approx(float x) {
-  float r;
-  asm("tanh.approx.f32 %0, %1;" : "=f"(r) : "f"(x));
-  return r;
+// fp16 accumulators: d[0] holds row g's two columns as f16x2, d[1] row g + 8's.
+__device__ __forceinline__ void mma_k8_f16(unsigned* d, const unsigned* a, unsigned b) {
+  asm("mma.sync.aligned.m16n8k8.row.col.f16.f16.f16.f16 {%0,%1}, {%2,%3}, {%4}, {%5,%6};"
+      : "=r"(d[0]), "=r"(d[1])
+      : "r"(a[0]), "r"(a[1]), "r"(b), "r"(0u), "r"(0u));
 }
 
-__device__ __forceinline__ void mma_bf16(float* d, const unsigned* a, const unsigned* b) {
-  asm volatile(
-      "mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+__device__ __forceinline__ void mma_k16(float* d, const unsigned* a, const unsigned* b) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
       "{%0,%1,%2,%3};"
       : "+f"(d[0]), "+f"(d[1]), "+f"(d[2]), "+f"(d[3])
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// First layer's pre-activation for rows (o0, o1) at columns c, c + 1.
-__device__ __forceinline__ void layer1(const Small& w, const float* o0, const float* o1, int c, float* out) {
-  float p[4] = {w.b1[c], w.b1[c + 1], w.b1[c], w.b1[c + 1]};
-#pragma unroll
-  for (int i = 0; i < kObs; ++i) {
-    p[0] = fmaf(w.w1[c][i], o0[i], p[0]);
-    p[1] = fmaf(w.w1[c + 1][i], o0[i], p[1]);
-    p[2] = fmaf(w.w1[c][i], o1[i], p[2]);
-    p[3] = fmaf(w.w1[c + 1][i], o1[i], p[3]);
-  }
-  out[0] = p[0], out[1] = p[1], out[2] = p[2], out[3] = p[3];
-}
+// The policy's weights as this lane's B fragments, loaded once per launch.
+struct Fragments {
+  unsigned w1[8];        // layer 1, column tile j: B[k = 2t, 2t + 1][n = 8 j + g]
+  unsigned w2[4][8][2];  // layer 2, k tile kk, column tile j: B[k][n] = W2[n][k]
+  unsigned w3[4][2];     // layer 3, k tile kk: B[k][n] = W3[n][k] for n = g < 2, else 0
+  float b3[2];           // layer 3's bias in this lane's accumulator columns (t = 0 only)
+};
 
-// Logits of the quad's two environments (l[0..1]: row g, l[2..3]: row g + 8), in every lane.
-__device__ __forceinline__ void logits_mma(const Small& w, const unsigned (&b)[4][8][2], const float* o0,
-                                           const float* o1, int t, float* l) {
-  unsigned a[4][4];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-    float lo[4], hi[4];
-    layer1(w, o0, o1, 16 * kk + 2 * t, lo);
-    layer1(w, o0, o1, 16 * kk + 8 + 2 * t, hi);
-    a[kk][0] = tanh_bf16x2(pack_bf16(lo[0], lo[1]));
-    a[kk][1] = tanh_bf16x2(pack_bf16(lo[2], lo[3]));
-    a[kk][2] = tanh_bf16x2(pack_bf16(hi[0], hi[1]));
-    a[kk][3] = tanh_bf16x2(pack_bf16(hi[2], hi[3]));
-  }
-  float part[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+__device__ __forceinline__ Fragments load_fragments(const float* __restrict__ w1, const float* __restrict__ b1,
+                                                    const float* __restrict__ w2, const float* __restrict__ w3,
+                                                    const float* __restrict__ b3, int g, int t) {
+  Fragments f;
 #pragma unroll
   for (int j = 0; j < 8; ++j) {
-    const int c = 8 * j + 2 * t;
-    float d[4] = {w.b2[c], w.b2[c + 1], w.b2[c], w.b2[c + 1]};
+    const int n = 8 * j + g;  // padded input row: x, x_dot, theta, theta_dot, 1 (bias), 0, 0, 0
+    const float lo = t < 2 ? w1[n * kObs + 2 * t] : (t == 2 ? b1[n] : 0.0f);
+    const float hi = t < 2 ? w1[n * kObs + 2 * t + 1] : 0.0f;
+    f.w1[j] = pack_f16(lo, hi);
+  }
 #pragma unroll
-    for (int kk = 0; kk < 4; ++kk) mma_bf16(d, a[kk], b[kk][j]);
-    const float h[4] = {tanh_approx(d[0]), tanh_approx(d[1]), tanh_approx(d[2]), tanh_approx(d[3])};
+  for (int kk = 0; kk < 4; ++kk) {
 #pragma unroll
-    for (int act = 0; act < kActions; ++act) {
-      part[act] = fmaf(w.w3[act][c], h[0], fmaf(w.w3[act][c + 1], h[1], part[act]));
-      part[2 + act] = fmaf(w.w3[act][c], h[2], fmaf(w.w3[act][c + 1], h[3], part[2 + act]));
+    for (int j = 0; j < 8; ++j) {
+      const float* row = w2 + (8 * j + g) * kHidden + 16 * kk + 2 * t;
+      f.w2[kk][j][0] = pack_f16(row[0], row[1]);
+      f.w2[kk][j][1] = pack_f16(row[8], row[9]);
     }
+    const float* row = w3 + g * kHidden + 16 * kk + 2 * t;
+    f.w3[kk][0] = g < kActions ? pack_f16(row[0], row[1]) : 0u;
+    f.w3[kk][1] = g < kActions ? pack_f16(row[8], row[9]) : 0u;
   }
+  f.b3[0] = t == 0 ? b3[0] : 0.0f;
+  f.b3[1] = t == 0 ? b3[1] : 0.0f;
+  return f;
+}
+
+// l1 - l0 of this lane's environment. `o` is its observation; the quad's other row comes from
+// the neighbouring lane.
+__device__ __forceinline__ float margin_mma(const Fragments& f, const float* __restrict__ b2, const float* o, int t) {
+  const bool odd = t & 1;
+  float other[kObs];
 #pragma unroll
-  for (int v = 0; v < 4; ++v) {
-    part[v] += __shfl_xor_sync(0xffffffffu, part[v], 1);
-    part[v] += __shfl_xor_sync(0xffffffffu, part[v], 2);
+  for (int c = 0; c < kObs; ++c) other[c] = __shfl_xor_sync(0xffffffffu, o[c], 1);
+  float row_g[kObs], row_g8[kObs];
+#pragma unroll
+  for (int c = 0; c < kObs; ++c) {
+    row_g[c] = odd ? other[c] : o[c];
+    row_g8[c] = odd ? o[c] : other[c];
   }
-  l[0] = part[0] + w.b3[0], l[1] = part[1] + w.b3[1];
-  l[2] = part[2] + w.b3[0], l[3] = part[3] + w.b3[1];
+  const unsigned one = 0x3C00u;  // f16 1.0 in the lower half: column 4
+  unsigned a1[2];
+  a1[0] = t == 0 ? pack_f16(row_g[0], row_g[1]) : t == 1 ? pack_f16(row_g[2], row_g[3]) : t == 2 ? one : 0u;
+  a1[1] = t == 0 ? pack_f16(row_g8[0], row_g8[1]) : t == 1 ? pack_f16(row_g8[2], row_g8[3]) : t == 2 ? one : 0u;
+
+  unsigned a2[4][4];  // layer 2's A: k tile kk = column tiles 2 kk (a[0], a[1]) and 2 kk + 1 (a[2], a[3])
+#pragma unroll
+  for (int j = 0; j < 8; ++j) {
+    unsigned d[2];
+    mma_k8_f16(d, a1, f.w1[j]);
+    a2[j / 2][2 * (j % 2)] = tanh_f16x2(d[0]);
+    a2[j / 2][2 * (j % 2) + 1] = tanh_f16x2(d[1]);
+  }
+  float l[4] = {f.b3[0], f.b3[1], f.b3[0], f.b3[1]};
+#pragma unroll
+  for (int kk = 0; kk < 4; ++kk) {
+    unsigned a3[4];
+#pragma unroll
+    for (int half = 0; half < 2; ++half) {
+      const int j = 2 * kk + half;
+      const float2 bias = reinterpret_cast<const float2*>(b2)[4 * j + t];
+      float d[4] = {bias.x, bias.y, bias.x, bias.y};
+#pragma unroll
+      for (int k2 = 0; k2 < 4; ++k2) mma_k16(d, a2[k2], f.w2[k2][j]);
+      a3[2 * half] = tanh_f16x2(pack_f16(d[0], d[1]));
+      a3[2 * half + 1] = tanh_f16x2(pack_f16(d[2], d[3]));
+    }
+    mma_k16(l, a3, f.w3[kk]);
+  }
+  // Lane t = 0 holds (l0, l1) of row g in l[0..1] and of row g + 8 in l[2..3].
+  const int leader = (threadIdx.x & 31) & ~3;
+  const float m_g = __shfl_sync(0xffffffffu, l[1] - l[0], leader);
+  const float m_g8 = __shfl_sync(0xffffffffu, l[3] - l[2], leader);
+  return odd ? m_g8 : m_g;
 }
 
 }  // namespace rlscope_policy_mma
 
-// One environment's state and counters, as each lane of its quad holds them.
-struct EnvSlot {
-  rlscope_cartpole::State s;
-  int steps;
-  unsigned seed, gen;
-  int finished;
-  long long finished_steps;
-  long long index;
-  bool valid;
-};
-
-template <int RECORD, bool SAMPLE>
-__device__ __forceinline__ void advance(EnvSlot& e, const float* l, int k, bool writer, long long n,
-                                        float* __restrict__ traj_obs, unsigned char* __restrict__ traj_action,
-                                        float* __restrict__ traj_reward, unsigned char* __restrict__ traj_done) {
-  const bool right = SAMPLE ? rlscope_policy::sample_right(l, e.gen) : (l[1] > l[0]);
-  const bool store = RECORD && writer && e.valid;
-  if (store) {
-    const float o[kObs] = {e.s.x, e.s.x_dot, e.s.theta, e.s.theta_dot};
-#pragma unroll
-    for (int c = 0; c < kObs; ++c) traj_obs[((long long)k * kObs + c) * n + e.index] = o[c];
-    traj_action[(long long)k * n + e.index] = right;
-    traj_reward[(long long)k * n + e.index] = 1.0f;
-  }
-  e.s = rlscope_cartpole::physics<1, true>(e.s, right);
-  ++e.steps;
-  const bool done = rlscope_cartpole::terminated(e.s) | (e.steps >= rlscope_cartpole::kMaxEpisodeSteps);
-  if (store) traj_done[(long long)k * n + e.index] = done;
-  if (done) {
-    e.s = rlscope_cartpole::fresh_state(e.seed);
-    ++e.finished;
-    e.finished_steps += e.steps;
-    e.steps = 0;
-  }
-}
-
-template <bool SAMPLE>
-__device__ __forceinline__ EnvSlot load_env(const float* state, const int* elapsed, const unsigned* rng,
-                                            const unsigned* sample_rng, long long index, long long n) {
-  EnvSlot e{};
-  e.index = index;
-  e.valid = index < n;
-  if (e.valid) {
-    e.s = rlscope_cartpole::load_mean<1>(state, n, index);
-    e.steps = elapsed[index];
-    e.seed = rng[index];
-    e.gen = SAMPLE ? sample_rng[index] : 0u;
-  } else {
-    e.s = {0.0f, 0.0f, 0.0f, 0.0f};
-    e.seed = 1u;  // a padding row: stepped like the others, never stored
-  }
-  return e;
-}
-
-template <bool SAMPLE>
-__device__ __forceinline__ void store_env(const EnvSlot& e, float* state, int* elapsed, unsigned* rng,
-                                          unsigned* sample_rng, int* episodes, long long* episode_steps,
-                                          float* obs_out, long long n) {
-  if (!e.valid) return;
-  const float o[kObs] = {e.s.x, e.s.x_dot, e.s.theta, e.s.theta_dot};
-#pragma unroll
-  for (int c = 0; c < kObs; ++c) {
-    state[c * n + e.index] = o[c];
-    obs_out[e.index * kObs + c] = o[c];
-  }
-  elapsed[e.index] = e.steps;
-  rng[e.index] = e.seed;
-  if (SAMPLE) sample_rng[e.index] = e.gen;
-  episodes[e.index] += e.finished;
-  episode_steps[e.index] += e.finished_steps;
-}
-
-// Same arguments and outputs as cartpole_policy_collect; launch ceil(n / 16) warps.
+// Same arguments and outputs as cartpole_policy_collect; launch 2 threads per environment
+// (a warp per 16), rounded up to whole warps.
 template <int K, int RECORD, bool SAMPLE>
-__global__ void __launch_bounds__(256) cartpole_policy_collect_mma(
+__global__ void __launch_bounds__(256, 2) cartpole_policy_collect_mma(
     float* __restrict__ state, int* __restrict__ elapsed, unsigned* __restrict__ rng,
     unsigned* __restrict__ sample_rng, const float* __restrict__ w1, const float* __restrict__ b1,
     const float* __restrict__ w2, const float* __restrict__ b2, const float* __restrict__ w3,
@@ -327,40 +294,57 @@ __global__ void __launch_bounds__(256) cartpole_policy_collect_mma(
     float* __restrict__ obs_out, float* __restrict__ traj_obs, unsigned char* __restrict__ traj_action,
     float* __restrict__ traj_reward, unsigned char* __restrict__ traj_done, long long n) {
   using namespace rlscope_policy_mma;
-  __shared__ Small small;
-  for (int j = threadIdx.x; j < kHidden * kObs; j += blockDim.x) (&small.w1[0][0])[j] = w1[j];
-  for (int j = threadIdx.x; j < kActions * kHidden; j += blockDim.x) (&small.w3[0][0])[j] = w3[j];
-  for (int j = threadIdx.x; j < kHidden; j += blockDim.x) {
-    small.b1[j] = b1[j];
-    small.b2[j] = b2[j];
-  }
-  if (threadIdx.x < kActions) small.b3[threadIdx.x] = b3[threadIdx.x];
+  __shared__ __align__(8) float bias2[kHidden];
+  for (int j = threadIdx.x; j < kHidden; j += blockDim.x) bias2[j] = b2[j];
   __syncthreads();
-
   const int lane = threadIdx.x & 31, g = lane >> 2, t = lane & 3;
-  // W2 as B fragments: B[k][n] = W2[n][k]; lane holds n = 8 j + g, k = 16 kk + 2 t (+1) and + 8 (+1).
-  unsigned b[4][8][2];
-#pragma unroll
-  for (int kk = 0; kk < 4; ++kk) {
-#pragma unroll
-    for (int j = 0; j < 8; ++j) {
-      const float* row = w2 + (8 * j + g) * kHidden + 16 * kk + 2 * t;
-      b[kk][j][0] = pack_bf16(row[0], row[1]);
-      b[kk][j][1] = pack_bf16(row[8], row[9]);
-    }
+  const Fragments f = load_fragments(w1, b1, w2, w3, b3, g, t);
+
+  const long long i = ((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5) * kTile + g + 8 * (t & 1);
+  const bool valid = i < n, writer = valid && t < 2;  // lanes t = 2, 3 step copies of t = 0, 1
+  State s = {0.0f, 0.0f, 0.0f, 0.0f};  // a padding row: stepped like the others, never stored
+  int steps = 0;
+  unsigned seed = 1u, gen = 1u;
+  if (valid) {
+    s = rlscope_cartpole::load_mean<1>(state, n, i);
+    steps = elapsed[i];
+    seed = rng[i];
+    if (SAMPLE) gen = sample_rng[i];
   }
-  const long long base = ((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5) * kTile;
-  EnvSlot e0 = load_env<SAMPLE>(state, elapsed, rng, sample_rng, base + g, n);
-  EnvSlot e1 = load_env<SAMPLE>(state, elapsed, rng, sample_rng, base + g + 8, n);
+  int finished = 0;
+  long long finished_steps = 0;
 #pragma unroll 1
   for (int k = 0; k < K; ++k) {
-    const float o0[kObs] = {e0.s.x, e0.s.x_dot, e0.s.theta, e0.s.theta_dot};
-    const float o1[kObs] = {e1.s.x, e1.s.x_dot, e1.s.theta, e1.s.theta_dot};
-    float l[4];
-    logits_mma(small, b, o0, o1, t, l);
-    advance<RECORD, SAMPLE>(e0, l, k, t == 0, n, traj_obs, traj_action, traj_reward, traj_done);
-    advance<RECORD, SAMPLE>(e1, l + 2, k, t == 1, n, traj_obs, traj_action, traj_reward, traj_done);
+    const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
+    const float margin = margin_mma(f, bias2, o, t);
+    const bool right = SAMPLE ? sample_right(margin, gen) : margin > 0.0f;
+    if (RECORD && writer) {
+#pragma unroll
+      for (int c = 0; c < kObs; ++c) traj_obs[((long long)k * kObs + c) * n + i] = o[c];
+      traj_action[(long long)k * n + i] = right;
+      traj_reward[(long long)k * n + i] = 1.0f;
+    }
+    s = rlscope_cartpole::physics<1, true>(s, right);
+    ++steps;
+    const bool done = rlscope_cartpole::terminated(s) | (steps >= rlscope_cartpole::kMaxEpisodeSteps);
+    if (RECORD && writer) traj_done[(long long)k * n + i] = done;
+    if (done) {
+      s = rlscope_cartpole::fresh_state(seed);
+      ++finished;
+      finished_steps += steps;
+      steps = 0;
+    }
   }
-  if (t == 0) store_env<SAMPLE>(e0, state, elapsed, rng, sample_rng, episodes, episode_steps, obs_out, n);
-  if (t == 1) store_env<SAMPLE>(e1, state, elapsed, rng, sample_rng, episodes, episode_steps, obs_out, n);
+  if (!writer) return;
+  const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
+#pragma unroll
+  for (int c = 0; c < kObs; ++c) {
+    state[c * n + i] = o[c];
+    obs_out[i * kObs + c] = o[c];
+  }
+  elapsed[i] = steps;
+  rng[i] = seed;
+  if (SAMPLE) sample_rng[i] = gen;
+  episodes[i] += finished;
+  episode_steps[i] += finished_steps;
 }

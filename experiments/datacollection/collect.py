@@ -43,7 +43,7 @@ def data_collection(
     """Run ``steps`` timed steps of policy inference + simulation; return throughput and counts.
 
     ``precision`` and ``record`` are the fused policy kernel's (``cuda_fused_policy``): fp32 or
-    bf16, and whether every step's (obs, action, reward, done) is stored (K rows per call)."""
+    fp16, and whether every step's (obs, action, reward, done) is stored (K rows per call)."""
     import torch
 
     from experiments.datacollection.backends import make_backend

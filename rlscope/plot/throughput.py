@@ -42,7 +42,7 @@ def backend_label(row: Mapping[str, Any]) -> str:
         extra.append(f"{int(row['threads'])} threads")
     if row["backend"] == "cuda_fused_policy":
         precision = row.get("precision")
-        extra.append("bf16 tensor cores" if precision == "bf16" else "fp32")
+        extra.append("fp16 tensor cores" if precision == "fp16" else "fp32")
         if row.get("record") in (True, "True", "true"):
             extra.append("records the trajectory")
     return f"{name} ({', '.join(extra)})" if extra else name
@@ -78,8 +78,8 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
     ax.set_xlabel("parallel environments N")
     ax.set_ylabel("data collection throughput (samples / s)")
     policy = "MLP policy inference in the loop"
-    ax.set_title(f"CartPole data collection throughput vs N ({policy})\n"
-                 f"{meta.get('scale', '')} scale, mean ± sd over repetitions", fontsize=10)
+    subtitle = meta.get("subtitle", f"{meta.get('scale', '')} scale, mean ± sd over repetitions")
+    ax.set_title(f"CartPole data collection throughput vs N ({policy})\n{subtitle}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="implementation (device); steps per call", fontsize=7, title_fontsize=8)
     note_skipped(fig, results, "backend")

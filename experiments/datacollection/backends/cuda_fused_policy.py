@@ -2,8 +2,8 @@
 action choice, CartPole step and recording per launch.
 
 ``precision="fp32"``: one thread per environment, FP32 throughout (actions equal PyTorch's but
-for near-ties). ``precision="bf16"``: a warp per 16 environments, the 64 x 64 layer on tensor
-cores (bf16 operands, fp32 accumulation).
+for near-ties). ``precision="fp16"``: a warp per 16 environments, all three layers on tensor
+cores (fp16 operands, fp32 accumulation), tanh on packed fp16 pairs.
 
 The simulator is the ``cuda`` backend's (same state, same reset generator, same physics), so
 ``step`` and ``simulate`` are inherited; ``rollout`` is the fused loop. The policy's weights are
@@ -24,8 +24,8 @@ from experiments.datacollection.backends.cuda import KERNEL_SOURCE, CudaKernels
 __all__ = ["CudaFusedPolicy", "FUSED_SOURCE", "PRECISIONS"]
 
 FUSED_SOURCE: Path = KERNEL_SOURCE.with_name("cartpole_policy.cu")
-PRECISIONS = ("fp32", "bf16")
-_ENVS_PER_WARP = 16  # the bf16 kernel's tile
+PRECISIONS = ("fp32", "fp16")
+_ENVS_PER_WARP = 16  # the fp16 kernel's tile
 _SHAPES = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)]  # torch Linear: weight[out][in], bias[out]
 
 

@@ -48,7 +48,9 @@ class TorchCudaGraph(TorchVectorized):
                     body()
             torch.cuda.current_stream(self.device).wait_stream(side)
             graph = torch.cuda.CUDAGraph()
-            with torch.cuda.graph(graph):
+            # thread_local: another library's runtime thread (JAX's, in a process that runs both)
+            # calling the CUDA API during the capture must not invalidate it.
+            with torch.cuda.graph(graph, capture_error_mode="thread_local"):
                 out = body()
             self._graphs[key] = (graph, out)
         return self._graphs[key]
