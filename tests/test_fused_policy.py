@@ -149,7 +149,7 @@ def test_weights_changed_in_place_between_launches_change_the_actions() -> None:
     assert np.array_equal(second[clear], 1 - first[clear])
 
 
-FP16_MARGIN = 0.05  # |l1 - l0| (FP32) under which fp16 may pick the other action
+FP16_MARGIN = 0.002  # |l1 - l0| (FP32) under which fp16 may pick the other action: 5x the largest seen (4e-4)
 
 
 @pytest.mark.gpu
