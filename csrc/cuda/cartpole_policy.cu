@@ -83,6 +83,70 @@ __device__ __forceinline__ bool sample_right(float margin, unsigned& gen) {
   return u < 1.0f / (1.0f + expf(-margin));
 }
 
+// One environment's data collection through a launch: loaded at the start, advanced one step
+// at a time with the action the policy chose, stored at the end. Both kernels use it, so their
+// simulation and recording are the same code.
+struct Collector {
+  rlscope_cartpole::State s;
+  int steps;
+  unsigned seed, gen;  // reset generator, sampling generator
+  int finished;
+  long long finished_steps;
+
+  // An index past n is a padding row: stepped like the others, never stored.
+  template <bool SAMPLE>
+  __device__ __forceinline__ void load(const float* state, const int* elapsed, const unsigned* rng,
+                                       const unsigned* sample_rng, long long i, long long n) {
+    s = {0.0f, 0.0f, 0.0f, 0.0f};
+    steps = 0, seed = 1u, gen = 1u, finished = 0, finished_steps = 0;
+    if (i < n) {
+      s = rlscope_cartpole::load_mean<1>(state, n, i);
+      steps = elapsed[i];
+      seed = rng[i];
+      if (SAMPLE) gen = sample_rng[i];
+    }
+  }
+
+  // Step k: records (obs, action, reward, done) when `record`, then steps with same-step autoreset.
+  __device__ __forceinline__ void advance(bool right, int k, bool record, long long i, long long n,
+                                          float* __restrict__ traj_obs, unsigned char* __restrict__ traj_action,
+                                          float* __restrict__ traj_reward, unsigned char* __restrict__ traj_done) {
+    if (record) {
+      const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
+#pragma unroll
+      for (int c = 0; c < kObs; ++c) traj_obs[((long long)k * kObs + c) * n + i] = o[c];
+      traj_action[(long long)k * n + i] = right;
+      traj_reward[(long long)k * n + i] = 1.0f;
+    }
+    s = rlscope_cartpole::physics<1, true>(s, right);
+    ++steps;
+    const bool done = rlscope_cartpole::terminated(s) | (steps >= rlscope_cartpole::kMaxEpisodeSteps);
+    if (record) traj_done[(long long)k * n + i] = done;
+    if (done) {
+      s = rlscope_cartpole::fresh_state(seed);
+      ++finished;
+      finished_steps += steps;
+      steps = 0;
+    }
+  }
+
+  template <bool SAMPLE>
+  __device__ __forceinline__ void store(float* state, int* elapsed, unsigned* rng, unsigned* sample_rng, int* episodes,
+                                        long long* episode_steps, float* obs_out, long long i, long long n) const {
+    const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
+#pragma unroll
+    for (int c = 0; c < kObs; ++c) {
+      state[c * n + i] = o[c];
+      obs_out[i * kObs + c] = o[c];
+    }
+    elapsed[i] = steps;
+    rng[i] = seed;
+    if (SAMPLE) sample_rng[i] = gen;
+    episodes[i] += finished;
+    episode_steps[i] += finished_steps;
+  }
+};
+
 }  // namespace rlscope_policy
 
 using namespace rlscope_policy;
@@ -99,46 +163,16 @@ __global__ void __launch_bounds__(256) cartpole_policy_collect(
   stage(weights, w1, b1, w2, b2, w3, b3);
   const long long i = blockIdx.x * (long long)blockDim.x + threadIdx.x;
   if (i >= n) return;
-  State s = rlscope_cartpole::load_mean<1>(state, n, i);
-  int steps = elapsed[i];
-  unsigned seed = rng[i];
-  unsigned gen = SAMPLE ? sample_rng[i] : 0u;
-  int finished = 0;
-  long long finished_steps = 0;
+  Collector env;
+  env.load<SAMPLE>(state, elapsed, rng, sample_rng, i, n);
 #pragma unroll 1
   for (int k = 0; k < K; ++k) {
     float l[kActions];
-    logits(weights, s, l);
-    const bool right = SAMPLE ? sample_right(l[1] - l[0], gen) : (l[1] > l[0]);
-    if (RECORD) {
-      const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
-#pragma unroll
-      for (int c = 0; c < kObs; ++c) traj_obs[((long long)k * kObs + c) * n + i] = o[c];
-      traj_action[(long long)k * n + i] = right;
-      traj_reward[(long long)k * n + i] = 1.0f;
-    }
-    s = rlscope_cartpole::physics<1, true>(s, right);
-    ++steps;
-    const bool done = rlscope_cartpole::terminated(s) | (steps >= rlscope_cartpole::kMaxEpisodeSteps);
-    if (RECORD) traj_done[(long long)k * n + i] = done;
-    if (done) {
-      s = rlscope_cartpole::fresh_state(seed);
-      ++finished;
-      finished_steps += steps;
-      steps = 0;
-    }
+    logits(weights, env.s, l);
+    const bool right = SAMPLE ? sample_right(l[1] - l[0], env.gen) : (l[1] > l[0]);
+    env.advance(right, k, RECORD, i, n, traj_obs, traj_action, traj_reward, traj_done);
   }
-  const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
-#pragma unroll
-  for (int c = 0; c < kObs; ++c) {
-    state[c * n + i] = o[c];
-    obs_out[i * kObs + c] = o[c];
-  }
-  elapsed[i] = steps;
-  rng[i] = seed;
-  if (SAMPLE) sample_rng[i] = gen;
-  episodes[i] += finished;
-  episode_steps[i] += finished_steps;
+  env.store<SAMPLE>(state, elapsed, rng, sample_rng, episodes, episode_steps, obs_out, i, n);
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -301,50 +335,15 @@ __global__ void __launch_bounds__(256, 2) cartpole_policy_collect_mma(
   const Fragments f = load_fragments(w1, b1, w2, w3, b3, g, t);
 
   const long long i = ((blockIdx.x * (long long)blockDim.x + threadIdx.x) >> 5) * kTile + g + 8 * (t & 1);
-  const bool valid = i < n, writer = valid && t < 2;  // lanes t = 2, 3 step copies of t = 0, 1
-  State s = {0.0f, 0.0f, 0.0f, 0.0f};  // a padding row: stepped like the others, never stored
-  int steps = 0;
-  unsigned seed = 1u, gen = 1u;
-  if (valid) {
-    s = rlscope_cartpole::load_mean<1>(state, n, i);
-    steps = elapsed[i];
-    seed = rng[i];
-    if (SAMPLE) gen = sample_rng[i];
-  }
-  int finished = 0;
-  long long finished_steps = 0;
+  const bool writer = i < n && t < 2;  // lanes t = 2, 3 step copies of t = 0, 1
+  Collector env;
+  env.load<SAMPLE>(state, elapsed, rng, sample_rng, i, n);
 #pragma unroll 1
   for (int k = 0; k < K; ++k) {
-    const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
+    const float o[kObs] = {env.s.x, env.s.x_dot, env.s.theta, env.s.theta_dot};
     const float margin = margin_mma(f, bias2, o, t);
-    const bool right = SAMPLE ? sample_right(margin, gen) : margin > 0.0f;
-    if (RECORD && writer) {
-#pragma unroll
-      for (int c = 0; c < kObs; ++c) traj_obs[((long long)k * kObs + c) * n + i] = o[c];
-      traj_action[(long long)k * n + i] = right;
-      traj_reward[(long long)k * n + i] = 1.0f;
-    }
-    s = rlscope_cartpole::physics<1, true>(s, right);
-    ++steps;
-    const bool done = rlscope_cartpole::terminated(s) | (steps >= rlscope_cartpole::kMaxEpisodeSteps);
-    if (RECORD && writer) traj_done[(long long)k * n + i] = done;
-    if (done) {
-      s = rlscope_cartpole::fresh_state(seed);
-      ++finished;
-      finished_steps += steps;
-      steps = 0;
-    }
+    const bool right = SAMPLE ? sample_right(margin, env.gen) : margin > 0.0f;
+    env.advance(right, k, RECORD && writer, i, n, traj_obs, traj_action, traj_reward, traj_done);
   }
-  if (!writer) return;
-  const float o[kObs] = {s.x, s.x_dot, s.theta, s.theta_dot};
-#pragma unroll
-  for (int c = 0; c < kObs; ++c) {
-    state[c * n + i] = o[c];
-    obs_out[i * kObs + c] = o[c];
-  }
-  elapsed[i] = steps;
-  rng[i] = seed;
-  if (SAMPLE) sample_rng[i] = gen;
-  episodes[i] += finished;
-  episode_steps[i] += finished_steps;
+  if (writer) env.store<SAMPLE>(state, elapsed, rng, sample_rng, episodes, episode_steps, obs_out, i, n);
 }
