@@ -18,7 +18,7 @@ _import_all()
 N = 64
 RTOL, ATOL = 1e-5, 1e-6
 BAND = 1e-5  # done flags may differ only this close to a threshold (float32 rounding)
-GPU_ONLY = {"cuda", "torch_graph"}
+GPU_ONLY = {"cuda", "cuda_fused_policy", "torch_graph"}
 # Every backend; those that need a GPU run as `gpu` tests (on the device, skipped in CI).
 ALL = [pytest.param(name, marks=pytest.mark.gpu) if name in GPU_ONLY else name for name in sorted(BACKENDS)]
 
@@ -134,7 +134,7 @@ def test_cpp_state_is_shared_without_copies() -> None:
 
 
 def test_unknown_backend_lists_known_ones() -> None:
-    with pytest.raises(ValueError, match="known: cpp, cuda, gymnasium, jax, numpy, torch, torch_graph"):
+    with pytest.raises(ValueError, match="known: cpp, cuda, cuda_fused_policy, gymnasium, jax, numpy, torch, torch_graph"):
         make_backend("nope", 1)
 
 
