@@ -149,6 +149,10 @@ class RayExecutor:
         if not refs:
             return
         ray = self._ray
+        try:  # only those still running: cancelling a task as it completes has tripped Ray's own checks
+            _, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
+        except Exception:
+            pass
         for ref in refs:
             try:
                 ray.cancel(ref)
