@@ -121,7 +121,8 @@ def main() -> None:
     parser.add_argument("--log2-envs", type=int, nargs="+", default=[10, 12, 14, 16, 18, 20, 22])
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--min-seconds", type=float, default=0.3)
-    parser.add_argument("--only", nargs="+", default=None, help="configuration names to run (default: all)")
+    parser.add_argument("--only", nargs="+", default=None, choices=list(configurations()),
+                        help="configuration names to run (default: all)")
     parser.add_argument("--out", type=Path, default=None, help="CSV of every round's measurement")
     parser.add_argument("--figure", type=Path, default=None, help="samples/s vs N of every configuration (PNG/PDF)")
     parser.add_argument("--ncu-target", default=None, choices=list(configurations()),

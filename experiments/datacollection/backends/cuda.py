@@ -82,11 +82,17 @@ class CudaKernels(CartPoleBackend):
         self.reward = cp.ones(n, dtype=cp.float32)
         self._grid = ((n + _BLOCK - 1) // _BLOCK,)
         self._n = np.int64(n)
+        self._kernels: dict[tuple[str, Path], Any] = {}
 
     def _launch(self, expression: str, *args: Any, source: Path = KERNEL_SOURCE, threads: int | None = None) -> None:
-        """Launch with one thread per environment, or ``threads`` in all (blocks of 256)."""
+        """Launch with one thread per environment, or ``threads`` in all (blocks of 256). The
+        kernel is looked up once per backend: a launch is on the K = 1 loops' hot path, where
+        compile_kernel's look at the sources' modification times would cost as much as a step."""
+        kernel = self._kernels.get((expression, source))
+        if kernel is None:
+            kernel = self._kernels[expression, source] = compile_kernel(expression, source)
         grid = self._grid if threads is None else ((threads + _BLOCK - 1) // _BLOCK,)
-        compile_kernel(expression, source)(grid, (_BLOCK,), (*args, self._n))
+        kernel(grid, (_BLOCK,), (*args, self._n))
 
     def reset(self, seed: int | None = None) -> Any:
         seed = self.seed if seed is None else seed

@@ -3,7 +3,8 @@ action choice, CartPole step and recording per launch.
 
 ``precision="fp32"``: one thread per environment, FP32 throughout (actions equal PyTorch's but
 for near-ties). ``precision="fp16"``: a warp per 16 environments, all three layers on tensor
-cores (fp16 operands, fp32 accumulation), tanh on packed fp16 pairs.
+cores (fp16 operands; fp32 accumulation but in the five-term input layer), tanh in fp16
+(`tanh.approx.f16x2`).
 
 The simulator is the ``cuda`` backend's (same state, same reset generator, same physics), so
 ``step`` and ``simulate`` are inherited; ``rollout`` is the fused loop. The policy's weights are
@@ -50,6 +51,8 @@ class CudaFusedPolicy(CudaKernels):
         self.episode_steps = cp.zeros(num_envs, dtype=cp.int64)
         self.trajectory: dict[str, Any] = {}
         self._none = cp.zeros(1, dtype=cp.uint8)  # stands for the trajectory arrays when not recording
+        self._weight_key: tuple[int, ...] | None = None
+        self._weight_views: list[Any] = []
 
     def reset(self, seed: int | None = None) -> Any:
         obs = super().reset(seed)
@@ -63,15 +66,24 @@ class CudaFusedPolicy(CudaKernels):
         return obs
 
     def _weights(self, policy: Any) -> list[Any]:
+        """CuPy views of the policy's parameters, made again only when a parameter's storage
+        changes: the views alias it (and keep it alive, so its address is not reused), and
+        in-place updates need no new ones."""
         import torch
 
         params = [p.detach() for p in policy.parameters()]
+        key = tuple(p.data_ptr() for p in params)
+        if key == self._weight_key:
+            return self._weight_views
         shapes = [tuple(p.shape) for p in params]
         if shapes != _SHAPES or any(p.dtype != torch.float32 for p in params):
             raise ValueError(f"the fused kernel runs the 4-64-64-2 float32 MLP of make_policy(); got shapes {shapes}")
         if any(p.device.type != "cuda" for p in params):
             raise ValueError("the policy must be on the GPU for the fused kernel (make_policy(device='cuda'))")
-        return [self.cp.from_dlpack(p.contiguous()) for p in params]
+        self._weight_views = [self.cp.from_dlpack(p.contiguous()) for p in params]
+        # A non-contiguous parameter is copied: its copy must be made again at every launch.
+        self._weight_key = key if all(p.is_contiguous() for p in params) else None
+        return self._weight_views
 
     def _trajectory(self, fused_steps: int) -> list[Any]:
         if not self.record:
