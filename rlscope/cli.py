@@ -36,7 +36,7 @@ def cli() -> None:
 @click.option("--output", "output_dir", type=click.Path(path_type=Path), default=Path("output"), show_default=True,
               help="Runs go to OUTPUT/<experiment>/, figures to OUTPUT/artifacts/experiment_<experiment>/.")
 @click.option("--jobs", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Local executor: runs in flight at once (timings are cleanest with 1).")
+              help="Local executor: runs in flight at once, across all MANIFESTS (timings are cleanest with 1).")
 @click.option("--executor", "executor_name", type=click.Choice(["local", "ray"]), default="local", show_default=True,
               help="local: subprocesses on this machine; ray: Ray tasks (one CPU, one GPU where the run uses it).")
 @click.option("--address", default=None, metavar="ADDRESS",
@@ -49,25 +49,23 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
         address: str | None, force: bool, plot: bool, overrides: dict[str, Any]) -> None:
     """Run every point of each MANIFEST's parameter grid; complete runs are reused.
 
-    With several manifests, a failed run in one never stops the others: the end lists every
-    manifest's runs (ok, failed, skipped) and the exit status is 1 if any run failed."""
+    With several manifests, runs start in the order given and share the --jobs slots (a long run
+    of one manifest goes on while the next manifest's runs fill the other slots); a failed run in
+    one never stops the others; the end lists every manifest's runs (ok, failed, skipped) and the
+    exit status is 1 if any run failed."""
     from rlscope.harness.manifest import load_manifest, with_overrides
-    from rlscope.harness.runner import run_sweep
+    from rlscope.harness.runner import run_sweeps
 
     if address is not None and executor_name != "ray":
         raise click.BadParameter("--address is for --executor ray", param_hint="--address")
     if jobs > 1 and executor_name == "ray":
         click.echo("note: --jobs is the local executor's; with Ray the cluster's CPUs and GPUs decide", err=True)
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
-    summaries = []
     with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
-        for spec in specs:
-            summary = run_sweep(spec, output_dir, executor=executor, force=force)
-            summaries.append((spec, summary))
-            _report(spec, scale, summary, output_dir, plot)
-            if summary.interrupted:
-                break
-    if summaries[-1][1].interrupted:
+        summaries = list(zip(specs, run_sweeps(
+            specs, output_dir, executor=executor, force=force,
+            on_finished=lambda spec, summary: _report(spec, scale, summary, output_dir, plot))))
+    if any(summary.interrupted for _, summary in summaries):
         click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
     if len(summaries) > 1:

@@ -220,9 +220,9 @@ def test_stopping_waits_for_a_run_that_exited_just_before_the_kill(tmp_path: Pat
     monkeypatch.syspath_prepend(str(Path(__file__).resolve().parents[1]))
     monkeypatch.chdir(Path(__file__).resolve().parents[1])
     loaded = load_manifest(manifest(tmp_path, xs="[1]", repetitions=1), "full")
-    launcher = runner._Launcher(loaded, tmp_path / "runs")
+    launcher = runner._Launcher([runner._Sweep(loaded, tmp_path)])
     outcomes = []
-    launch = threading.Thread(target=lambda: outcomes.append(launcher(next(loaded.points()), {})))
+    launch = threading.Thread(target=lambda: outcomes.append(launcher(runner._Run(0, next(loaded.points())), {})))
     launch.start()
     assert reading.wait(60), "the toy run did not finish"
     stopper = threading.Thread(target=launcher.stop_all)
@@ -265,3 +265,26 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes(tmp_path: Path, cli_env
     assert resumed.returncode == 0, resumed.stderr
     assert f"{len(done)} reused" in resumed.stdout
     assert calls(out, "x-1") == ["1"]
+
+
+def test_manifests_share_the_slots_so_a_long_run_overlaps_the_next_manifests_runs(tmp_path: Path) -> None:
+    slow = load_manifest(manifest(tmp_path, params="{sleep_s: 4}", xs="[1]", repetitions=1), "full")
+    (tmp_path / "quick").mkdir()
+    quick_path = manifest(tmp_path / "quick", xs="[1, 2, 3]", repetitions=1)
+    quick_path.write_text(quick_path.read_text().replace("experiment: toy", "experiment: toy_quick"))
+    quick = load_manifest(quick_path, "full")
+    finished: list[str] = []
+    summaries = runner.run_sweeps([slow, quick], tmp_path / "o", executor=LocalExecutor(jobs=2), progress=False,
+                                  on_finished=lambda spec, _: finished.append(spec.experiment))
+    # With one slot each in turn, the slow manifest would finish first; sharing two, the three quick
+    # runs go through the second slot while the slow one sleeps.
+    assert finished == ["toy_quick", "toy"]
+    assert [[o.status for o in s.outcomes] for s in summaries] == [["ok"], ["ok", "ok", "ok"]]
+    assert all(s.results_csv.exists() for s in summaries)
+
+
+def test_two_manifests_of_one_experiment_are_refused_before_any_run(tmp_path: Path) -> None:
+    loaded = load_manifest(manifest(tmp_path), "full")
+    with pytest.raises(runner.ManifestError, match="given twice"):
+        runner.run_sweeps([loaded, loaded], tmp_path / "o", progress=False)
+    assert not (tmp_path / "o").exists()

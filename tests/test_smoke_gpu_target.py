@@ -26,7 +26,7 @@ def test_the_workflow_runs_make_smoke_gpu_on_a_self_hosted_gpu_runner() -> None:
 @pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
 def test_smoke_gpu_checks_the_machine_runs_the_gpu_tests_then_every_manifest_on_the_gpu() -> None:
     dry = subprocess.run(["make", "-n", "-W", "pyproject.toml", "smoke-gpu"], capture_output=True, text=True,
-                         check=True).stdout
+                         check=True).stdout.replace("\\\n", " ")
     lines = [line for line in dry.splitlines() if "rlscope" in line or "pytest" in line]
     doctor = next(i for i, line in enumerate(lines) if "doctor --scale full" in line)
     tests = next(i for i, line in enumerate(lines) if "pytest -m gpu" in line)
@@ -34,3 +34,6 @@ def test_smoke_gpu_checks_the_machine_runs_the_gpu_tests_then_every_manifest_on_
     assert doctor < tests < run
     assert all(str(path) in lines[run] for path in Path("configs").glob("*.yaml"))
     assert "--scale quick" in lines[run] and "report output/smoke-gpu" in dry
+    manifests = [word for word in lines[run].split() if word.startswith("configs/")]
+    assert manifests[0] == "configs/overhead_correction.yaml" and len(manifests) == len(set(manifests))
+    assert "--set session_steps=0" in lines[run]  # the longest part of the longest manifest

@@ -23,7 +23,7 @@ import io
 import subprocess
 import threading
 import time
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Literal
 
@@ -32,12 +32,13 @@ from tqdm import tqdm
 
 import rlscope
 from rlscope.harness.executors import Executor, LocalExecutor
+from rlscope.errors import ManifestError
 from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.process import kill_worker, start_worker, worker_env
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
 
-__all__ = ["RunOutcome", "SweepSummary", "run_sweep", "collect_results"]
+__all__ = ["RunOutcome", "SweepSummary", "run_sweep", "run_sweeps", "collect_results"]
 
 Status = Literal["ok", "skipped", "failed", "timeout", "reused"]
 
@@ -97,92 +98,115 @@ def _is_complete(run_dir: Path, config: Mapping[str, Any]) -> bool:
     return _asked_the_same(run_dir, config) and read_json(run_dir / "result.json") is not None
 
 
-class _Launcher:
-    """Starts run subprocesses and remembers them so Ctrl-C can stop them all."""
+@dataclasses.dataclass(frozen=True)
+class _Run:
+    """A run of one of the sweeps that share the executor (``sweep``: its manifest's index)."""
 
-    def __init__(self, manifest: Manifest, runs_dir: Path) -> None:
-        self.manifest = manifest
-        self.runs_dir = runs_dir
+    sweep: int
+    point: GridPoint
+
+
+@dataclasses.dataclass(frozen=True)
+class _Sweep:
+    manifest: Manifest
+    experiment_dir: Path
+
+    @property
+    def runs_dir(self) -> Path:
+        return self.experiment_dir / "runs"
+
+
+class _Launcher:
+    """Starts run subprocesses of every sweep and remembers them so Ctrl-C can stop them all."""
+
+    def __init__(self, sweeps: list[_Sweep]) -> None:
+        self.sweeps = sweeps
         self._live: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
         self._in_hand = 0  # launches between their start and their outcome, DONE included
         self.stopping = False
 
-    def __call__(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
-        """Execute ``point`` here, in a worker subprocess with ``slot_env`` added to its environment."""
+    def __call__(self, run: _Run, slot_env: Mapping[str, str]) -> RunOutcome:
+        """Execute ``run`` here, in a worker subprocess with ``slot_env`` added to its environment."""
         with self._lock:
             self._in_hand += 1
         try:
-            return self._launch(point, slot_env)
+            return self._launch(run, slot_env)
         finally:
             with self._lock:
                 self._in_hand -= 1
                 self._settled.notify_all()
 
-    def prepare(self, point: GridPoint) -> tuple[Path, dict[str, Any]]:
+    def _run_dir(self, run: _Run) -> Path:
+        return self.sweeps[run.sweep].runs_dir / run.point.run_id
+
+    def _manifest(self, run: _Run) -> Manifest:
+        return self.sweeps[run.sweep].manifest
+
+    def prepare(self, run: _Run) -> tuple[Path, dict[str, Any]]:
         """The run's directory, cleared of a previous attempt's outcome, with its config.json."""
-        run_dir = self.runs_dir / point.run_id
+        run_dir = self._run_dir(run)
         run_dir.mkdir(parents=True, exist_ok=True)
         for stale in ("DONE", "result.json", PARTIAL_FILE):
             (run_dir / stale).unlink(missing_ok=True)
-        config = _config(self.manifest, point)
+        config = _config(self._manifest(run), run.point)
         write_json_atomic(run_dir / "config.json", config)
         return run_dir, config
 
-    def _launch(self, point: GridPoint, slot_env: Mapping[str, str]) -> RunOutcome:
-        run_dir, _ = self.prepare(point)
+    def _launch(self, run: _Run, slot_env: Mapping[str, str]) -> RunOutcome:
+        run_dir, _ = self.prepare(run)
         env = worker_env(run_dir, slot_env)
         started = time.perf_counter()
         with open(run_dir / "log.txt", "wb") as log:
             # Checked and started under the lock stop_all takes: no run starts after it has looked.
             with self._lock:
                 if self.stopping:
-                    return RunOutcome(point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
+                    return RunOutcome(run.point.run_id, run_dir, "failed", 0.0, "interrupted before it started")
                 proc = start_worker(run_dir, env, log)
                 self._live.add(proc)
             try:
-                returncode: int | None = proc.wait(timeout=self.manifest.timeout_s)
+                returncode: int | None = proc.wait(timeout=self._manifest(run).timeout_s)
             except subprocess.TimeoutExpired:
                 kill_worker(proc)
                 returncode = None
             finally:
                 with self._lock:
                     self._live.discard(proc)
-        return self.settle(point, returncode, time.perf_counter() - started)
+        return self.settle(run, returncode, time.perf_counter() - started)
 
-    def settle(self, point: GridPoint, returncode: int | None, seconds: float) -> RunOutcome:
+    def settle(self, run: _Run, returncode: int | None, seconds: float) -> RunOutcome:
         """The outcome of a worker that exited with ``returncode`` (None: killed at the timeout),
         its files in the run directory; DONE is written here, last, for a clean exit only."""
-        run_dir = self.runs_dir / point.run_id
+        run_dir = self._run_dir(run)
         if returncode is None:
-            reason = f"killed after {self.manifest.timeout_s:g} s (raise timeout_s in the manifest)"
-            return self._unfinished(point, "timeout", seconds, reason)
+            reason = f"killed after {self._manifest(run).timeout_s:g} s (raise timeout_s in the manifest)"
+            return self._unfinished(run, "timeout", seconds, reason)
         result = read_json(run_dir / "result.json")
         if returncode != 0 or result is None:
             reason = "interrupted" if self.stopping else f"exit code {returncode}: {last_line(run_dir / 'log.txt')}"
-            return self._unfinished(point, "failed", seconds, reason)
+            return self._unfinished(run, "failed", seconds, reason)
         write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
-        return RunOutcome(point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
+        return RunOutcome(run.point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
 
-    def lost(self, point: GridPoint, seconds: float, reason: str) -> RunOutcome:
+    def lost(self, run: _Run, seconds: float, reason: str) -> RunOutcome:
         """The outcome of a run whose worker never reported back (its machine went away): failed,
         with the reason also in its log, where the summary points."""
-        write_atomic(self.runs_dir / point.run_id / "log.txt", f"{reason}\n")
-        return self._unfinished(point, "failed", seconds, reason)
+        write_atomic(self._run_dir(run) / "log.txt", f"{reason}\n")
+        return self._unfinished(run, "failed", seconds, reason)
 
-    def _unfinished(self, point: GridPoint, status: Status, seconds: float, reason: str) -> RunOutcome:
+    def _unfinished(self, run: _Run, status: Status, seconds: float, reason: str) -> RunOutcome:
         """The outcome of a run that did not finish, keeping the repetitions it did finish: they
         go to result.json under the run's status (no DONE, so a resume runs it again)."""
-        run_dir = self.runs_dir / point.run_id
+        run_dir = self._run_dir(run)
         # result.json is there if the worker got past its last repetition but then did not exit cleanly.
         saved = read_json(run_dir / "result.json") or read_json(run_dir / PARTIAL_FILE) or {}
         finished = saved.get("repetitions") or []
         if finished:
             write_json_atomic(run_dir / "result.json", {"status": status, "reason": reason, "repetitions": finished})
-            reason += (f"; the {len(finished)} of {self.manifest.repetitions} repetitions it finished "
+            reason += (f"; the {len(finished)} of {self._manifest(run).repetitions} repetitions it finished "
                        f"are in results.csv as {status}")
-        return RunOutcome(point.run_id, run_dir, status, seconds, reason)
+        return RunOutcome(run.point.run_id, run_dir, status, seconds, reason)
 
     def stop_all(self) -> None:
         """Kill the runs in flight, then wait until every launch has settled.
@@ -207,52 +231,94 @@ def run_sweep(
     force: bool = False,
     progress: bool = True,
 ) -> SweepSummary:
-    """Execute every run of ``manifest`` not already complete and rebuild ``results.csv``.
+    """Execute every run of ``manifest`` not already complete and rebuild ``results.csv``
+    (:func:`run_sweeps` with one manifest)."""
+    return run_sweeps([manifest], output_dir, executor=executor, force=force, progress=progress)[0]
 
-    Failing runs do not stop the sweep. On Ctrl-C the runs in flight are killed, every finished
-    run is kept, results.csv is written for them, and ``summary.interrupted`` is set.
+
+def run_sweeps(
+    manifests: Sequence[Manifest],
+    output_dir: Path,
+    *,
+    executor: Executor | None = None,
+    force: bool = False,
+    progress: bool = True,
+    on_finished: Callable[[Manifest, SweepSummary], None] | None = None,
+) -> list[SweepSummary]:
+    """Execute every run of each manifest not already complete, through one executor, and
+    rebuild each manifest's ``results.csv`` as its last run ends (then ``on_finished`` is called).
+
+    Runs start in the order of the manifests, but the executor's slots are shared: a manifest's
+    long runs go on while the next manifest's fill the other slots. Failing runs do not stop
+    anything. On Ctrl-C the runs in flight are killed, every finished run is kept, results.csv is
+    written for every manifest, and each unfinished summary has ``interrupted`` set.
     """
-    resolve_workload(manifest.workload)  # fail once, clearly, before starting N subprocesses
-    experiment_dir = output_dir / manifest.experiment
-    runs_dir = experiment_dir / "runs"
-    runs_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(experiment_dir / "experiment.json", manifest.to_json())
+    seen: dict[str, Path] = {}
+    for manifest in manifests:
+        if manifest.experiment in seen:
+            raise ManifestError(f"{manifest.path}: experiment {manifest.experiment!r} is also that of "
+                                f"{seen[manifest.experiment]} (given twice?); its runs would share "
+                                f"OUTPUT/{manifest.experiment}/: give each manifest once, each its own name")
+        seen[manifest.experiment] = manifest.path
+        resolve_workload(manifest.workload)  # fail once, clearly, before starting N subprocesses
+    sweeps = [_Sweep(manifest, output_dir / manifest.experiment) for manifest in manifests]
+    outcomes: list[list[RunOutcome]] = [[] for _ in sweeps]
+    totals: list[int] = []
+    todo: list[_Run] = []
+    for index, sweep in enumerate(sweeps):
+        sweep.runs_dir.mkdir(parents=True, exist_ok=True)
+        write_json_atomic(sweep.experiment_dir / "experiment.json", sweep.manifest.to_json())
+        points = list(sweep.manifest.points())
+        totals.append(len(points))
+        for point in points:
+            run_dir = sweep.runs_dir / point.run_id
+            if not force and _is_complete(run_dir, _config(sweep.manifest, point)):
+                outcomes[index].append(RunOutcome(point.run_id, run_dir, "reused", 0.0))
+            else:
+                todo.append(_Run(index, point))
 
-    points = list(manifest.points())
-    outcomes: list[RunOutcome] = []
-    todo: list[GridPoint] = []
-    for point in points:
-        run_dir = runs_dir / point.run_id
-        if not force and _is_complete(run_dir, _config(manifest, point)):
-            outcomes.append(RunOutcome(point.run_id, run_dir, "reused", 0.0))
-        else:
-            todo.append(point)
+    summaries: dict[int, SweepSummary] = {}
 
-    launcher = _Launcher(manifest, runs_dir)
+    def finish(index: int, interrupted: bool = False) -> None:
+        sweep = sweeps[index]
+        results_csv = sweep.experiment_dir / "results.csv"
+        buffer = io.StringIO()
+        collect_results(sweep.manifest, sweep.experiment_dir).to_csv(buffer, index=False)
+        write_atomic(results_csv, buffer.getvalue())
+        summaries[index] = SweepSummary(sweep.experiment_dir, results_csv, outcomes[index], totals[index], interrupted)
+        if on_finished is not None:
+            on_finished(sweep.manifest, summaries[index])
+
+    for index in range(len(sweeps)):
+        if len(outcomes[index]) == totals[index]:
+            finish(index)
+    launcher = _Launcher(sweeps)
     executor = executor or LocalExecutor()
-    interrupted = False
-    bar = tqdm(total=len(points), initial=len(outcomes), unit="run", desc=manifest.experiment,
-               disable=not progress, dynamic_ncols=True)
+    several = len(sweeps) > 1
+    bar = tqdm(total=sum(totals), initial=sum(map(len, outcomes)), unit="run", dynamic_ncols=True,
+               desc="runs" if several else sweeps[0].manifest.experiment, disable=not progress)
+    sweep_of = {sweeps[run.sweep].runs_dir / run.point.run_id: run.sweep for run in todo}
     stream: Iterator[RunOutcome] = executor.run_all(todo, launcher)
     try:
         for outcome in stream:
-            outcomes.append(outcome)
+            index = sweep_of[outcome.run_dir]
+            outcomes[index].append(outcome)
             bar.update(1)
             if outcome.status in ("failed", "timeout"):
-                bar.write(f"  failed: {outcome.run_id} ({outcome.message}); log: {outcome.log}")
+                name = f"{sweeps[index].manifest.experiment}/" if several else ""
+                bar.write(f"  failed: {name}{outcome.run_id} ({outcome.message}); log: {outcome.log}")
+            if len(outcomes[index]) == totals[index]:
+                bar.clear()
+                finish(index)
     except KeyboardInterrupt:
-        interrupted = True
         launcher.stop_all()
         stream.close()  # type: ignore[attr-defined]
+        for index in range(len(sweeps)):
+            if index not in summaries:
+                finish(index, interrupted=True)
     finally:
         bar.close()
-
-    results_csv = experiment_dir / "results.csv"
-    frame = collect_results(manifest, experiment_dir)
-    buffer = io.StringIO()
-    frame.to_csv(buffer, index=False)
-    write_atomic(results_csv, buffer.getvalue())
-    return SweepSummary(experiment_dir, results_csv, outcomes, len(points), interrupted)
+    return [summaries[index] for index in range(len(sweeps))]
 
 
 def _kept_result(run_dir: Path, config: Mapping[str, Any]) -> dict[str, Any] | None:
