@@ -42,11 +42,13 @@ artifacts: $(STAMP)
 # Runs share the GPU SMOKE_JOBS at a time, across manifests (most of a quick run is its process
 # starting): the smoke shows that everything runs on the GPU; its timings are not for reading. The
 # overhead validation goes first, since its runs are the longest (the others fill the remaining
-# slots meanwhile), with one validation pair (budget_s) and no sessions run (session_steps=0;
-# `pytest -m gpu` starts and stops sessions on the GPU).
+# slots meanwhile), cut to what shows that each way works: one calibration repetition with one
+# start-up pair, one validation pair (budget_s), no sessions run (`pytest -m gpu` starts and stops
+# sessions and calibrates on the GPU with every start-up pair).
 SMOKE_OUTPUT ?= output/smoke-gpu
 SMOKE_JOBS ?= 6
-SMOKE_SET ?= --set device=cuda --set budget_s=60 --set session_steps=0
+SMOKE_OVERHEAD := --set budget_s=60 --set session_steps=0 --set calibration_repetitions=1 --set calibration_startup_pairs=1
+SMOKE_SET ?= --set device=cuda $(SMOKE_OVERHEAD)
 SMOKE_FIRST := configs/overhead_correction.yaml
 smoke-gpu: $(STAMP)
 	$(RLSCOPE) doctor --scale full

@@ -36,4 +36,4 @@ def test_smoke_gpu_checks_the_machine_runs_the_gpu_tests_then_every_manifest_on_
     assert "--scale quick" in lines[run] and "report output/smoke-gpu" in dry
     manifests = [word for word in lines[run].split() if word.startswith("configs/")]
     assert manifests[0] == "configs/overhead_correction.yaml" and len(manifests) == len(set(manifests))
-    assert "--set session_steps=0" in lines[run]  # the longest part of the longest manifest
+    assert "--set session_steps=0" in lines[run] and "--set calibration_repetitions=1" in lines[run]

@@ -235,9 +235,11 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                         calibration_repetitions: int = 3, gpu: bool = True, window_ms: float = 10.0,
                         validation_pairs: int = 5, calibration_precision_pct: float = 0.0,
                         session_steps: int = 0, session_segment_ms: float = 100.0,
-                        calibration_file: str | None = None, budget_s: float = 0.0) -> dict[str, Any]:
+                        calibration_file: str | None = None, budget_s: float = 0.0,
+                        calibration_startup_pairs: int = 3) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
-    uncertain to at most ± that, as ``rlscope calibrate --precision``; ``calibration_file``: use
+    uncertain to at most ± that, as ``rlscope calibrate --precision``; ``calibration_startup_pairs``:
+    start-up pairs per calibration repetition, as ``--startup-pairs``; ``calibration_file``: use
     a calibration made earlier by ``rlscope calibrate`` of this workload instead, e.g. one too
     long to make in the same sitting, whose ``calibration_*`` parameters then do not apply), validate every
     way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
@@ -281,7 +283,8 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
             calibration_path = root / "calibration" / CALIBRATION_FILE
             calibration, failures = calibrate(command + [str(calibration_steps)], calibration_path.parent,
                                               calibration_repetitions, gpu=gpu, progress=lambda line: None,
-                                              window_ms=window_ms, precision_pct=calibration_precision_pct)
+                                              window_ms=window_ms, precision_pct=calibration_precision_pct,
+                                              startup_pairs=calibration_startup_pairs)
             if failures:
                 raise RuntimeError("calibration runs failed: " + "; ".join(failures))
         bases = [read_trace(run("base0", wall_only=True))]
