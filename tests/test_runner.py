@@ -288,3 +288,20 @@ def test_two_manifests_of_one_experiment_are_refused_before_any_run(tmp_path: Pa
     with pytest.raises(runner.ManifestError, match="given twice"):
         runner.run_sweeps([loaded, loaded], tmp_path / "o", progress=False)
     assert not (tmp_path / "o").exists()
+
+
+def test_a_failing_report_stops_the_runs_still_going_and_keeps_the_finished(tmp_path: Path) -> None:
+    slow = load_manifest(manifest(tmp_path, params="{sleep_s: 60}", xs="[1]", repetitions=1), "full")
+    (tmp_path / "quick").mkdir()
+    quick_path = manifest(tmp_path / "quick", xs="[1]", repetitions=1)
+    quick_path.write_text(quick_path.read_text().replace("experiment: toy", "experiment: toy_quick"))
+
+    def broken_figure(spec, summary) -> None:
+        raise RuntimeError(f"cannot draw {spec.experiment}")
+
+    with pytest.raises(RuntimeError, match="cannot draw toy_quick"):
+        runner.run_sweeps([slow, load_manifest(quick_path, "full")], tmp_path / "o", executor=LocalExecutor(jobs=2),
+                          progress=False, on_finished=broken_figure)
+    assert (tmp_path / "o" / "toy_quick" / "runs" / "x-1" / "DONE").exists()
+    assert not (tmp_path / "o" / "toy" / "runs" / "x-1" / "DONE").exists()  # killed, not waited for
+    assert (tmp_path / "o" / "toy" / "results.csv").exists()

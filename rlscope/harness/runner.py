@@ -279,14 +279,14 @@ def run_sweeps(
 
     summaries: dict[int, SweepSummary] = {}
 
-    def finish(index: int, interrupted: bool = False) -> None:
+    def finish(index: int, interrupted: bool = False, report: bool = True) -> None:
         sweep = sweeps[index]
         results_csv = sweep.experiment_dir / "results.csv"
         buffer = io.StringIO()
         collect_results(sweep.manifest, sweep.experiment_dir).to_csv(buffer, index=False)
         write_atomic(results_csv, buffer.getvalue())
         summaries[index] = SweepSummary(sweep.experiment_dir, results_csv, outcomes[index], totals[index], interrupted)
-        if on_finished is not None:
+        if on_finished is not None and report:
             on_finished(sweep.manifest, summaries[index])
 
     for index in range(len(sweeps)):
@@ -310,12 +310,15 @@ def run_sweeps(
             if len(outcomes[index]) == totals[index]:
                 bar.clear()
                 finish(index)
-    except KeyboardInterrupt:
+    except BaseException as err:  # Ctrl-C, or on_finished failed (a figure): no run goes on unwatched
         launcher.stop_all()
         stream.close()  # type: ignore[attr-defined]
+        stopped = isinstance(err, KeyboardInterrupt)
         for index in range(len(sweeps)):
             if index not in summaries:
-                finish(index, interrupted=True)
+                finish(index, interrupted=True, report=stopped)
+        if not stopped:
+            raise
     finally:
         bar.close()
     return [summaries[index] for index in range(len(sweeps))]
