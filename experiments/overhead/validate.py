@@ -47,6 +47,7 @@ from typing import Any
 
 import numpy as np
 
+from rlscope.calibrate.ladder import STARTUP_PAIRS
 from rlscope.errors import SkipRun
 
 __all__ = ["overhead_correction", "window_errors", "steady_errors", "whole_run_pair", "median_of_pairs",
@@ -236,7 +237,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                         validation_pairs: int = 5, calibration_precision_pct: float = 0.0,
                         session_steps: int = 0, session_segment_ms: float = 100.0,
                         calibration_file: str | None = None, budget_s: float = 0.0,
-                        calibration_startup_pairs: int = 3) -> dict[str, Any]:
+                        calibration_startup_pairs: int = STARTUP_PAIRS) -> dict[str, Any]:
     """Calibrate (``calibration_precision_pct``: adding runs until a corrected iteration is
     uncertain to at most ± that, as ``rlscope calibrate --precision``; ``calibration_startup_pairs``:
     start-up pairs per calibration repetition, as ``--startup-pairs``; ``calibration_file``: use
