@@ -259,3 +259,21 @@ def test_kernel_counts_and_times_agree_with_torch_profiler(tmp_path):
     result = json.loads(done.stdout.strip().splitlines()[-1])
     assert result["ours"] == result["theirs"] > 0
     assert abs(result["ours_ns"] - result["theirs_ns"]) <= 0.01 * result["theirs_ns"]
+
+
+def test_kernel_counts_and_times_agree_with_jax_profiler(tmp_path):
+    """A jitted JAX train step under rlscope, then under jax.profiler, twice in one process
+    (`bench/gpu_collector.py jax-compare`): equal kernel counts, kernel time within 1%."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    pytest.importorskip("jax")
+    bench = Path(__file__).resolve().parents[1] / "bench" / "gpu_collector.py"
+    done = subprocess.run([sys.executable, str(bench), "jax-compare", "100", str(tmp_path)],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    for round_ in result["rounds"]:
+        assert round_["rlscope_kernels"] == round_["jax_kernels"] > 0, round_
+        assert abs(round_["time_diff_pct"]) <= 1.0, round_
