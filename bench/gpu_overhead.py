@@ -13,9 +13,13 @@ Loops:
   (``experiments/overhead/loops.py``);
 - ``jax_loop``: a jitted JAX MLP policy stepping a NumPy CartPole (the same module).
 
-Modes: ``off`` (annotations are no-ops), ``rlscope`` (``rlscope.profile()`` with everything on:
-annotations, transitions, CUDA API and GPU activity), ``profiler`` (torch.profiler with CPU and
-CUDA activities for the PyTorch loops, ``jax.profiler.trace`` for JAX).
+Modes (``--modes``, default off rlscope profiler): ``off`` (annotations are no-ops), ``rlscope``
+(``rlscope.profile()`` with everything on: annotations, transitions, CUDA API calls through
+CUPTI callbacks and GPU activity), ``profiler`` (torch.profiler with CPU and CUDA activities for
+the PyTorch loops, ``jax.profiler.trace`` for JAX); to see where the cost is: ``rlscope-activity``
+(API calls as activity records), ``rlscope-key`` (callbacks for launches, copies, memsets and
+synchronisations only), ``annotations``, ``transitions`` (annotations and transitions),
+``kernels`` (annotations and GPU activity).
 
 Each process warms the loop up (a tenth of the steps, unprofiled), then times STEPS. Per round
 the modes run in a rotated order, so drift of the machine spreads over all of them. The summary
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import shutil
 import subprocess
 import sys
@@ -39,9 +44,21 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 LOOPS = ("tiny", "sb3_ppo_cuda", "jax_loop")
-MODES = ("off", "rlscope", "profiler")
-# Steps per loop, for timed runs of seconds (set from a first measurement; --steps overrides).
-DEFAULT_STEPS = {"tiny": 3000, "sb3_ppo_cuda": 100_000, "jax_loop": 40_000}
+# rlscope's modes: rlscope.profile() options and how CUDA API calls are recorded
+# ($RLSCOPE_CUPTI_API; "rlscope" is the default, everything on).
+RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
+    "rlscope": ({}, "callbacks"),
+    "rlscope-activity": ({}, "activity"),
+    "rlscope-key": ({}, "callbacks-key"),
+    "annotations": ({"transitions": False, "gpu": False}, "callbacks"),
+    "transitions": ({"gpu": False}, "callbacks"),
+    "kernels": ({"transitions": False, "gpu": "kernels"}, "callbacks"),
+}
+MODES = ("off", *RLSCOPE_MODES, "profiler")
+DEFAULT_MODES = ("off", "rlscope", "profiler")
+# Steps per loop, for timed runs of seconds (set from a first measurement on an H100: 2-3 s
+# uninstrumented each, 10 s for SB3; --steps overrides).
+DEFAULT_STEPS = {"tiny": 10_000, "sb3_ppo_cuda": 100_000, "jax_loop": 40_000}
 
 
 def _loop(name: str, steps: int, annotate: bool) -> None:
@@ -62,8 +79,12 @@ def _profiled(name: str, mode: str, trace: Path) -> Any:
 
     if mode == "off":
         return contextlib.nullcontext()
-    if mode == "rlscope":
-        return rlscope.profile(trace, process=name)
+    if mode in RLSCOPE_MODES:
+        from rlscope.collect.cupti import ENV_API
+
+        options, source = RLSCOPE_MODES[mode]
+        os.environ[ENV_API] = source
+        return rlscope.profile(trace, process=name, **options)
     if name == "jax_loop":
         import jax
 
@@ -82,7 +103,7 @@ def run_one(name: str, mode: str, steps: int, out: Path) -> dict[str, Any]:
     context = _profiled(name, mode, trace)  # built before the clock starts (imports)
     started = time.perf_counter()
     with context:
-        _loop(name, steps, annotate=mode == "rlscope")
+        _loop(name, steps, annotate=mode in RLSCOPE_MODES)
         _synchronize(name)
     return {"loop": name, "mode": mode, "steps": steps, "wall_s": time.perf_counter() - started}
 
@@ -111,7 +132,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
         rounds = [w for (loop, _), w in walls.items() if loop == name and "off" in w]
         entry: dict[str, Any] = {"loop": name, "rounds": len(rounds)}
         added: dict[str, float] = {}
-        for mode in ("rlscope", "profiler"):
+        for mode in [m for m in MODES if m != "off"]:
             ratios = [w[mode] / w["off"] for w in rounds if mode in w]
             if ratios:
                 entry[mode] = statistics.median(ratios)
@@ -129,11 +150,12 @@ def compare(args: argparse.Namespace) -> None:
     args.work.mkdir(parents=True, exist_ok=True)
     pin = ["taskset", "-c", args.cores] if args.cores and shutil.which("taskset") else []
     rows: list[dict[str, Any]] = []
-    total = args.rounds * len(args.loops) * len(MODES)
+    modes = tuple(args.modes)
+    total = args.rounds * len(args.loops) * len(modes)
     for round_ in range(args.rounds):
         for name in args.loops:
-            shift = round_ % len(MODES)
-            for mode in MODES[shift:] + MODES[:shift]:
+            shift = round_ % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
                 command = [*pin, sys.executable, __file__, "run", name, mode,
                            str(args.steps or DEFAULT_STEPS[name]), str(args.work)]
                 done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
@@ -148,7 +170,7 @@ def compare(args: argparse.Namespace) -> None:
         pd.DataFrame(rows).to_csv(args.out, index=False)
     for entry in summarize(rows):
         parts = [f"{entry['loop']:13s} ({entry['rounds']} rounds)"]
-        for mode in ("rlscope", "profiler"):
+        for mode in [m for m in MODES if m != "off"]:
             if mode in entry:
                 low, high = entry[f"{mode}_range"]
                 parts.append(f"{mode} {entry[mode]:.2f}x [{low:.2f}, {high:.2f}]")
@@ -167,6 +189,8 @@ def main() -> None:
     one.add_argument("out", type=Path)
     many = commands.add_parser("compare", help="every loop and mode, interleaved rounds, then the ratios")
     many.add_argument("--loops", nargs="+", choices=LOOPS, default=list(LOOPS))
+    many.add_argument("--modes", nargs="+", choices=MODES, default=list(DEFAULT_MODES),
+                      help="off is always run: the ratios are over it")
     many.add_argument("--rounds", type=int, default=5)
     many.add_argument("--steps", type=int, default=None, help="steps for every loop (default: per loop)")
     many.add_argument("--cores", default="2,3", help="taskset core list for every process ('' to not pin)")
@@ -174,6 +198,8 @@ def main() -> None:
     many.add_argument("--out", type=Path, default=None, help="CSV of every process's wall time")
     many.add_argument("--work", type=Path, default=Path("/tmp/rlscope_gpu_overhead"), help="traces go here")
     args = parser.parse_args()
+    if args.command == "compare" and "off" not in args.modes:
+        args.modes = ["off", *args.modes]
     if args.command == "run":
         args.out.mkdir(parents=True, exist_ok=True)
         print(json.dumps(run_one(args.loop, args.mode, args.steps, args.out)), flush=True)

@@ -174,6 +174,44 @@ def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
     assert not probe.stats()["cupti_attached"] and probe.stats()["detaches"] >= 2
 
 
+def test_api_calls_from_callbacks_match_the_activity_records(tmp_path, monkeypatch):
+    """The same loop traced with API calls as activity records and through callbacks: the same
+    calls (name by name), kernels and attribution; the callbacks' key set keeps every launch."""
+    torch = pytest.importorskip("torch")
+    from rlscope.collect.cupti import ENV_API
+
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    seen = {}
+    for source in ("activity", "callbacks", "callbacks-key"):
+        monkeypatch.setenv(ENV_API, source)
+        with rlscope.profile(tmp_path / source, process="gpu"):
+            for _ in range(8):
+                rlscope.step()
+                with rlscope.operation("compute"):
+                    for _ in range(3):
+                        x.mul_(1.0001)
+                with rlscope.operation("readback"):
+                    x.sum().item()
+        (proc,) = read_trace(tmp_path / source)
+        assert proc.meta["gpu"]["api_source"] == source
+        ev = proc.events
+        names = dict(enumerate(ev["name"].cat.categories))
+        api = ev[ev["kind"] == int(Kind.CUDA_API)]
+        kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)]
+        assert (api["end_ns"] >= api["start_ns"]).all() and api["tid"].isin([proc.meta["main_tid"]]).all()
+        launch = api.set_index("correlation")["start_ns"]
+        launch = launch[~launch.index.duplicated()]
+        assert (kernels["start_ns"].to_numpy() >= launch.reindex(kernels["correlation"]).to_numpy()).all(), source
+        seen[source] = (api["name"].astype(str).value_counts().to_dict(),
+                        kernels["operation"].map(names).value_counts().to_dict())
+    assert seen["callbacks"] == seen["activity"]
+    key_calls, key_kernels = seen["callbacks-key"]
+    assert key_kernels == seen["activity"][1]
+    launches = {name: n for name, n in seen["activity"][0].items() if "Launch" in name}
+    assert launches and all(key_calls.get(name) == n for name, n in launches.items())
+
+
 def test_the_residual_probe_detaches_between_cycles_and_times_every_call():
     from rlscope.calibrate.residual import measure_residual
 

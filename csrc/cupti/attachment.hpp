@@ -7,6 +7,7 @@
 #include <mutex>
 #include <vector>
 
+#include "api_calls.hpp"
 #include "loader.hpp"
 
 namespace {
@@ -32,11 +33,16 @@ void detach_now() {
     ++g_attach.detaches;
 }
 
-// The subscriber's callback: enabled (runtime and driver domains) only while a detach waits.
-void CUPTIAPI on_api_call(void *, CUpti_CallbackDomain domain, CUpti_CallbackId, const void *data) {
-    if (!g_attach.detach_pending.load(std::memory_order_acquire)) return;
+// The subscriber's callback: while a detach waits (runtime and driver domains enabled), the
+// next API exit detaches; otherwise it records the API calls the tracer enabled (api_calls.hpp).
+void CUPTIAPI on_api_call(void *, CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const void *data) {
     if (domain != CUPTI_CB_DOMAIN_RUNTIME_API && domain != CUPTI_CB_DOMAIN_DRIVER_API) return;
-    if (static_cast<const CUpti_CallbackData *>(data)->callbackSite != CUPTI_API_EXIT) return;
+    const auto *call = static_cast<const CUpti_CallbackData *>(data);
+    if (!g_attach.detach_pending.load(std::memory_order_acquire)) {
+        if (g_api_calls.recording.load(std::memory_order_relaxed)) record_api_call(domain, cbid, call);
+        return;
+    }
+    if (call->callbackSite != CUPTI_API_EXIT) return;
     std::unique_lock<std::mutex> lock(g_attach.mutex, std::try_to_lock);
     if (lock.owns_lock() && g_attach.detach_pending) detach_now();  // else: being re-attached, or the next exit
 }
@@ -87,27 +93,27 @@ void request_detach() {
     g_api.EnableDomain(1, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API);
 }
 
-// The hooks rlscope._hotpath.Operations calls on operation enter/exit (capsule payload). Per
-// thread, each open operation remembers the attachment it pushed its id in (0: none), so an
-// exit pops only what CUPTI still holds, and nothing is pushed while CUPTI is detached (any
-// CUPTI call would attach it again).
+// The hooks rlscope._hotpath.Operations calls on operation enter/exit (capsule payload). Each
+// thread keeps its open operations (t_operations, which API callbacks read). Where API calls
+// are activity records, the id is also pushed as CUPTI's external correlation id, and each open
+// operation remembers the attachment it pushed into (0: none), so an exit pops only what CUPTI
+// still holds, and nothing is pushed while CUPTI is detached (any CUPTI call would attach it again).
 struct CorrelationHooks {
     void (*push)(int64_t);
     void (*pop)();
 };
-thread_local std::vector<uint64_t> t_pushed;
 void push_correlation(int64_t id) {
     uint64_t generation = 0;
-    if (g_attach.attached.load(std::memory_order_acquire) &&
+    if (!g_api_calls.by_callback.load(std::memory_order_relaxed) && g_attach.attached.load(std::memory_order_acquire) &&
         g_api.PushExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, static_cast<uint64_t>(id)) ==
             CUPTI_SUCCESS)
         generation = g_attach.generation.load();
-    t_pushed.push_back(generation);
+    t_operations.emplace_back(generation, id);
 }
 void pop_correlation() {
-    if (t_pushed.empty()) return;  // entered before the hooks were set
-    const uint64_t generation = t_pushed.back();
-    t_pushed.pop_back();
+    if (t_operations.empty()) return;  // entered before the hooks were set
+    const uint64_t generation = t_operations.back().first;
+    t_operations.pop_back();
     if (generation != 0 && generation == g_attach.generation.load() && g_attach.attached.load())
         g_api.PopExternalCorrelationId(CUPTI_EXTERNAL_CORRELATION_KIND_CUSTOM0, nullptr);
 }

@@ -79,6 +79,24 @@ public:
         }
     }
 
+    // The name id of a runtime (driver: false) or driver API, by callback id.
+    int64_t api_name(bool driver, uint32_t cbid) {
+        const uint64_t key = (static_cast<uint64_t>(driver) << 32) | cbid;
+        auto it = api_names_.find(key);
+        if (it != api_names_.end()) return it->second;
+        const char *name = nullptr;
+        std::string text;
+        if (callback_name_ &&
+            callback_name_(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) ==
+                CUPTI_SUCCESS && name)
+            text = name;
+        else
+            text = std::string(driver ? "driver API " : "runtime API ") + std::to_string(cbid);
+        const int64_t sid = names.id(without_version(text));
+        api_names_.emplace(key, sid);
+        return sid;
+    }
+
     NameTable names;
     DecodeStats stats;
     int64_t offset = 0;  // added to timestamps when CUPTI's clock is not CLOCK_MONOTONIC
@@ -164,23 +182,6 @@ private:
         default:
             ++stats.other;
         }
-    }
-
-    int64_t api_name(bool driver, uint32_t cbid) {
-        const uint64_t key = (static_cast<uint64_t>(driver) << 32) | cbid;
-        auto it = api_names_.find(key);
-        if (it != api_names_.end()) return it->second;
-        const char *name = nullptr;
-        std::string text;
-        if (callback_name_ &&
-            callback_name_(driver ? CUPTI_CB_DOMAIN_DRIVER_API : CUPTI_CB_DOMAIN_RUNTIME_API, cbid, &name) ==
-                CUPTI_SUCCESS && name)
-            text = name;
-        else
-            text = std::string(driver ? "driver API " : "runtime API ") + std::to_string(cbid);
-        const int64_t sid = names.id(without_version(text));
-        api_names_.emplace(key, sid);
-        return sid;
     }
 
     static const char *memcpy_name(uint8_t kind) {

@@ -28,6 +28,7 @@ struct CuptiApi {
     CUptiResult (*Subscribe_v2)(CUpti_SubscriberHandle *, CUpti_CallbackFunc, void *,
                                 CUpti_SubscriberParams *) = nullptr;
     CUptiResult (*EnableDomain)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain) = nullptr;
+    CUptiResult (*EnableCallback)(uint32_t, CUpti_SubscriberHandle, CUpti_CallbackDomain, CUpti_CallbackId) = nullptr;
     CUptiResult (*Finalize)() = nullptr;
     CUptiResult (*ActivityRegisterCallbacks)(CUpti_BuffersCallbackRequestFunc,
                                              CUpti_BuffersCallbackCompleteFunc) = nullptr;
@@ -79,6 +80,7 @@ std::string load(const std::vector<std::string> &candidates) {
     resolve(g_api.Subscribe, "cuptiSubscribe");
     resolve(g_api.Subscribe_v2, "cuptiSubscribe_v2", false);
     resolve(g_api.EnableDomain, "cuptiEnableDomain");
+    resolve(g_api.EnableCallback, "cuptiEnableCallback");
     resolve(g_api.Finalize, "cuptiFinalize");
     resolve(g_api.ActivityRegisterCallbacks, "cuptiActivityRegisterCallbacks");
     resolve(g_api.ActivityRegisterTimestampCallback, "cuptiActivityRegisterTimestampCallback", false);

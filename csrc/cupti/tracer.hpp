@@ -46,7 +46,12 @@ public:
 
     // Claim CUPTI and start recording. Returns {"ok": True} or {"ok": False, "code": int,
     // "error": str, "step": str, "subscriber": str}: the caller turns failures into messages.
-    nb::dict start(bool runtime, bool driver, bool gpu, bool sync, const std::vector<std::string> &untraced_apis) {
+    //
+    // ``api_callbacks``: record API calls through the Callback API (api_calls.hpp) instead of
+    // activity records; ``traced_api_prefixes`` (callbacks only): record only the APIs whose
+    // names start with one of these, e.g. "cudaLaunch" (empty: all but ``untraced_apis``).
+    nb::dict start(bool runtime, bool driver, bool gpu, bool sync, const std::vector<std::string> &untraced_apis,
+                   bool api_callbacks, const std::vector<std::string> &traced_api_prefixes) {
         require_loaded();
         nb::dict out;
         if (g_tracer) return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "rlscope");
@@ -68,9 +73,18 @@ public:
         driver_ = driver;
         gpu_ = gpu;
         sync_ = sync;
+        by_callback_ = api_callbacks;
         untraced_.clear();
+        traced_.clear();
         if (runtime) find_untraced(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
         if (driver) find_untraced(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
+        if (api_callbacks && !traced_api_prefixes.empty()) {
+            if (runtime) find_traced(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, traced_api_prefixes);
+            if (driver) find_traced(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, traced_api_prefixes);
+        }
+        all_but_untraced_ = traced_api_prefixes.empty();
+        take_api_rows(true);  // a row a thread added after the last session's stop took them: not ours
+        g_api_calls.by_callback = api_callbacks;
         if ((r = register_callbacks()) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityRegisterCallbacks", r);
         if ((r = set_kinds(true, true)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
         running_ = true;
@@ -91,7 +105,10 @@ public:
             }
             settle_detach();
             std::lock_guard<std::mutex> lock(mutex_);
+            append_api_rows(take_api_rows(true));  // the callbacks are off: every thread's rows
+            write_fresh_names();
             write_rows();
+            g_api_calls.by_callback = false;
             running_ = false;
         }
         close_files();
@@ -113,6 +130,10 @@ public:
     void abandon() {
         running_ = false;
         on_.clear();
+        callbacks_on_ = false;
+        g_api_calls.recording = g_api_calls.by_callback = false;
+        g_api_calls.threads.clear();  // the parent's threads: not in this process
+        g_api_calls.pending.clear();
         g_attach.attached = g_attach.detach_pending = false;
         g_attach.subscriber = nullptr;
         if (g_tracer == this) g_tracer = nullptr;
@@ -131,6 +152,8 @@ public:
         out["rows_written"] = rows_written_;
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
+        out["api_source"] = by_callback_ ? "callbacks" : "activity";
+        out["traced_api_ids"] = traced_.size();
         out["kinds_on"] = std::vector<int>(on_.begin(), on_.end());  // CUpti_ActivityKind values
         out["cupti_attached"] = g_attach.attached.load();
         out["detach_pending"] = g_attach.detach_pending.load();
@@ -159,6 +182,69 @@ private:
             for (const std::string &skip : names)
                 if (text == skip) untraced_.emplace_back(domain, cbid);
         }
+    }
+
+    // The callback ids of the APIs whose names start with one of ``prefixes``: with callbacks,
+    // only these are recorded.
+    void find_traced(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &prefixes) {
+        for (uint32_t cbid = 1; cbid < size; ++cbid) {
+            const char *name = nullptr;
+            if (!g_api.GetCallbackName || g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
+            const std::string text = name;
+            for (const std::string &prefix : prefixes)
+                if (text.compare(0, prefix.size(), prefix) == 0) {
+                    traced_.emplace_back(domain, cbid);
+                    break;
+                }
+        }
+    }
+
+    // Turn the API callbacks on or off: the enabled domains whole, less the untraced APIs, or
+    // only the traced ones. Off before on: a callback never sees a half-made set.
+    CUptiResult set_callbacks(bool on) {
+        if (on == callbacks_on_) return CUPTI_SUCCESS;
+        if (!on) g_api_calls.recording = false;
+        CUptiResult first = CUPTI_SUCCESS;
+        auto check = [&](CUptiResult r) {
+            if (r != CUPTI_SUCCESS && first == CUPTI_SUCCESS) first = r;
+        };
+        if (all_but_untraced_) {
+            if (runtime_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API));
+            if (driver_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API));
+            if (on)
+                for (const auto &[domain, cbid] : untraced_) check(g_api.EnableCallback(0, g_attach.subscriber, domain, cbid));
+        } else {
+            for (const auto &[domain, cbid] : traced_) check(g_api.EnableCallback(on, g_attach.subscriber, domain, cbid));
+        }
+        callbacks_on_ = on;
+        if (on) g_api_calls.recording = true;
+        return first;
+    }
+
+    // Rows recorded by the API callbacks, named and numbered like decoded activity records.
+    // Called with mutex_ held.
+    void append_api_rows(std::vector<int64_t> &&rows) {
+        for (size_t i = 0; i + kWidth <= rows.size(); i += kWidth) {
+            int64_t &name = rows[i + 6], &correlation = rows[i + 7];
+            if (is_api_name_key(name)) {
+                const auto [driver, cbid] = api_of_key(name);
+                name = decoder_->api_name(driver, cbid);
+            }
+            if (correlation > 0) correlation += decoder_->correlation_base;
+        }
+        rows_.insert(rows_.end(), rows.begin(), rows.end());
+    }
+
+    // Names first: rows never refer to an unwritten name. Called with mutex_ held.
+    void write_fresh_names() {
+        if (decoder_->names.fresh.empty()) return;
+        std::string text;
+        for (const std::string &name : decoder_->names.fresh) {
+            text += name;
+            text += '\n';
+        }
+        decoder_->names.fresh.clear();
+        write_all(names_fd_, text.data(), text.size());
     }
 
     // Buffer and clock callbacks: once per attachment (cuptiFinalize forgets them), with the
@@ -192,11 +278,15 @@ private:
             if (on) on_.insert(kind);
             else on_.erase(kind);
         };
-        toggle(CUPTI_ACTIVITY_KIND_RUNTIME, runtime_ && api);
-        toggle(CUPTI_ACTIVITY_KIND_DRIVER, driver_ && api);
-        toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, (runtime_ || driver_) && api);
+        const bool activity = !by_callback_;
+        toggle(CUPTI_ACTIVITY_KIND_RUNTIME, activity && runtime_ && api);
+        toggle(CUPTI_ACTIVITY_KIND_DRIVER, activity && driver_ && api);
+        toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, activity && (runtime_ || driver_) && api);
         toggle(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, sync_ && api);
-        if (api)  // enabling a kind (again) traces every API of it: untrace the skipped ones
+        if (by_callback_) {
+            const CUptiResult r = set_callbacks((runtime_ || driver_) && api);
+            if (r != CUPTI_SUCCESS && first == CUPTI_SUCCESS) first = r;
+        } else if (api)  // enabling a kind (again) traces every API of it: untrace the skipped ones
             for (const auto &[domain, cbid] : untraced_)
                 (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
                                                         : g_api.ActivityEnableDriverApi)(cbid, 0);
@@ -254,17 +344,10 @@ private:
         ++buffers_;
         if (!dump_dir_.empty() && valid > 0) dump(buffer, valid);
         decoder_->decode(buffer, valid, rows_);
+        append_api_rows(take_api_rows(false));
         size_t dropped = 0;
         if (g_api.ActivityGetNumDroppedRecords(context, stream, &dropped) == CUPTI_SUCCESS) dropped_ += dropped;
-        if (!decoder_->names.fresh.empty()) {  // names first: rows never refer to an unwritten name
-            std::string text;
-            for (const std::string &name : decoder_->names.fresh) {
-                text += name;
-                text += '\n';
-            }
-            decoder_->names.fresh.clear();
-            write_all(names_fd_, text.data(), text.size());
-        }
+        write_fresh_names();
         if (rows_.size() >= chunk_values_) write_rows();
         auto &spent = processing_[static_cast<uint64_t>(pthread_self())];
         spent.first += 1;
@@ -314,7 +397,8 @@ private:
     int rows_fd_ = -1, names_fd_ = -1;
     bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
-    std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_;
+    bool by_callback_ = false, all_but_untraced_ = true, callbacks_on_ = false;  // API calls through callbacks
+    std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_, traced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };

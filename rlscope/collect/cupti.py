@@ -23,11 +23,16 @@ from rlscope.collect.environment import ENV_GPU
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 
-__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS", "parse_gpu_layers",
+__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS", "KEY_APIS",
+           "API_SOURCES", "ENV_API", "api_source", "parse_gpu_layers",
            "libcupti_candidates", "nvidia_library_candidates", "gpu_unavailable_reason", "ENV_LIBCUPTI"]
 
 ENV_LIBCUPTI = "RLSCOPE_LIBCUPTI"  # path of the libcupti to use
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
+# How CUDA API calls are recorded: "callbacks" (CUPTI's Callback API, the default), "activity"
+# (activity records, as CUPTI's own tracing does), or "callbacks-key" (callbacks for KEY_APIS only).
+ENV_API = "RLSCOPE_CUPTI_API"
+API_SOURCES = ("callbacks", "activity", "callbacks-key")
 
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_ERROR_MULTIPLE_SUBSCRIBERS = 39
@@ -51,6 +56,23 @@ QUERY_APIS = (
     "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuStreamGetCtx", "cuKernelGetName", "cuKernelGetFunction",
     "cuLibraryGetKernel", "cuFuncGetAttribute", "cuGetProcAddress", "cuGetErrorString", "cuDriverGetVersion",
 )
+
+
+# The calls that launch GPU work, copy, set memory or wait for the GPU (name prefixes, runtime
+# and driver): what "callbacks-key" records.
+KEY_APIS = (
+    "cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset",
+    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
+    "cuStreamSynchronize", "cuEventSynchronize",
+)
+
+
+def api_source() -> str:
+    """How this process records CUDA API calls ($RLSCOPE_CUPTI_API, default "callbacks")."""
+    source = os.environ.get(ENV_API, "callbacks")
+    if source not in API_SOURCES:
+        raise RlscopeError(f"{ENV_API}={source!r}: use one of {', '.join(API_SOURCES)}")
+    return source
 
 
 def parse_gpu_layers(value: bool | str | None) -> frozenset[str]:
@@ -170,10 +192,13 @@ class GpuCollector:
         dump = os.environ.get(ENV_DUMP, "")
         if dump:
             Path(dump).mkdir(parents=True, exist_ok=True)
+        source = api_source()
         tracer = _cupti.Tracer(str(self.directory / GPU_ROWS_FILE), str(self.directory / GPU_NAMES_FILE), dump_dir=dump)
         result = tracer.start(runtime="runtime" in self.layers, driver="driver" in self.layers,
                               gpu="kernels" in self.layers, sync="sync" in self.layers,
-                              untraced_apis=[] if "queries" in self.layers else list(QUERY_APIS))
+                              untraced_apis=[] if "queries" in self.layers else list(QUERY_APIS),
+                              api_callbacks=source != "activity",
+                              traced_api_prefixes=list(KEY_APIS) if source == "callbacks-key" else [])
         if not result["ok"]:
             self._fail(result)
             return False
@@ -181,7 +206,8 @@ class GpuCollector:
         operations.set_correlation_hooks(tracer.hooks())
         clock = "CLOCK_MONOTONIC" if result["own_clock"] else "CUPTI's, offset onto CLOCK_MONOTONIC at start"
         self.meta.update(status="on", libcupti=self.library, cupti_version=_cupti.version(),
-                         layers=sorted(self.layers), clock=clock, rows=GPU_ROWS_FILE, names=GPU_NAMES_FILE)
+                         layers=sorted(self.layers), api_source=source, clock=clock, rows=GPU_ROWS_FILE,
+                         names=GPU_NAMES_FILE)
         return True
 
     def stop(self) -> dict[str, Any]:
