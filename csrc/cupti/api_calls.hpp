@@ -7,7 +7,8 @@
 // exit, and the callback stamps both ends with CLOCK_MONOTONIC (the clock of every other
 // event), keeps the call's correlation id (kernels, copies and memsets carry it) and the
 // thread's innermost rlscope.operation, and appends two rows to a buffer of its own thread.
-// The tracer takes the buffers off the threads on CUPTI's buffer thread and at stop.
+// The tracer takes the handed-over rows on CUPTI's buffer thread, whenever an activity buffer
+// completes (kernels keep them coming), and every thread's rows at stop.
 #pragma once
 
 #include <pthread.h>

@@ -11,9 +11,14 @@
 // cuptiActivityRegisterTimestampCallback: the clock of time.perf_counter_ns and of the
 // CPU-side collectors, so no conversion is needed later.
 //
-// Attribution: rlscope.operation() enter/exit push/pop a CUPTI external correlation id (the
-// operation's trace symbol id) through the hooks this module exports as a capsule; CUPTI
-// then emits an EXTERNAL_CORRELATION record for every API call made inside the operation.
+// CUDA API calls: through CUPTI's Callback API by default (api_calls.hpp): each enabled call's
+// entry and exit are stamped on its own thread and kept with its correlation id, which the
+// kernels, copies and memsets it started carry. With ``api_callbacks=False``, as activity records.
+//
+// Attribution: rlscope.operation() enter/exit push/pop the operation's trace symbol id through
+// the hooks this module exports as a capsule. The API callbacks read the thread's innermost
+// operation; with activity records the id is pushed as a CUPTI external correlation id, and
+// CUPTI emits an EXTERNAL_CORRELATION record for every API call made inside the operation.
 //
 // Letting go: once CUPTI has recorded in a process, the process stays slower after every
 // activity kind is disabled and the subscriber is gone; only cuptiFinalize gives its speed back.
@@ -21,8 +26,9 @@
 // and then makes one cheap driver call whose exit detaches (attachment.hpp); a session started
 // before a detach happens keeps CUPTI attached.
 //
-// Layout: loader.hpp (libcupti and its entry points), attachment.hpp (subscribing, detaching,
-// correlation hooks), tracer.hpp (the Tracer), decode.hpp (activity records -> rows),
+// Layout: loader.hpp (libcupti and its entry points), api_calls.hpp (API calls recorded by
+// callbacks, each thread's operations), attachment.hpp (subscribing, detaching, correlation
+// hooks), tracer.hpp (the Tracer), decode.hpp (activity records -> rows),
 // call_probe.hpp (timed CUDA calls), this file (the Python bindings).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
