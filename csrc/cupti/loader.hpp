@@ -15,6 +15,8 @@
 
 #include <cupti.h>
 
+#include "decode.hpp"  // the record iterator and callback-name types
+
 namespace {
 
 // The libcupti entry points used here, resolved with dlsym.
@@ -41,8 +43,8 @@ struct CuptiApi {
     CUptiResult (*ActivityGetNumDroppedRecords)(CUcontext, uint32_t, size_t *) = nullptr;
     CUptiResult (*PushExternalCorrelationId)(CUpti_ExternalCorrelationKind, uint64_t) = nullptr;
     CUptiResult (*PopExternalCorrelationId)(CUpti_ExternalCorrelationKind, uint64_t *) = nullptr;
-    NextRecordFn GetNextRecord = nullptr;
-    CallbackNameFn GetCallbackName = nullptr;
+    rlscope::cupti::NextRecordFn GetNextRecord = nullptr;
+    rlscope::cupti::CallbackNameFn GetCallbackName = nullptr;
 };
 CuptiApi g_api;
 
