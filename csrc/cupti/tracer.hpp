@@ -8,6 +8,7 @@
 #include <fcntl.h>
 #include <pthread.h>
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <memory>
@@ -74,14 +75,15 @@ public:
         gpu_ = gpu;
         sync_ = sync;
         by_callback_ = api_callbacks;
-        untraced_.clear();
-        traced_.clear();
-        if (runtime) find_untraced(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, untraced_apis);
-        if (driver) find_untraced(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, untraced_apis);
-        if (api_callbacks && !traced_api_prefixes.empty()) {
-            if (runtime) find_traced(CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, traced_api_prefixes);
-            if (driver) find_traced(CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, traced_api_prefixes);
-        }
+        // Recording an API call costs CUPTI about a microsecond, far more than the bookkeeping
+        // queries frameworks make around every launch take themselves: set_kinds() leaves these out.
+        untraced_ = api_ids(runtime, driver, [&](const std::string &name) {
+            return std::find(untraced_apis.begin(), untraced_apis.end(), name) != untraced_apis.end();
+        });
+        traced_ = api_ids(runtime && api_callbacks, driver && api_callbacks, [&](const std::string &name) {
+            return std::any_of(traced_api_prefixes.begin(), traced_api_prefixes.end(),
+                               [&](const std::string &prefix) { return name.compare(0, prefix.size(), prefix) == 0; });
+        });
         all_but_untraced_ = traced_api_prefixes.empty();
         take_api_rows(true);  // a row a thread added after the last session's stop took them: not ours
         g_api_calls.by_callback = api_callbacks;
@@ -169,34 +171,23 @@ public:
     nb::capsule hooks() { return nb::capsule(&g_hooks, "rlscope.correlation_hooks"); }
 
 private:
-    // The callback ids of the APIs named in ``names`` (any version suffix ignored): set_kinds()
-    // stops recording them. Recording an API call costs CUPTI about a microsecond, far more than
-    // the bookkeeping queries frameworks make around every launch take themselves.
-    void find_untraced(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &names) {
-        if (names.empty() || !g_api.GetCallbackName || !g_api.ActivityEnableRuntimeApi || !g_api.ActivityEnableDriverApi)
-            return;
-        for (uint32_t cbid = 1; cbid < size; ++cbid) {
-            const char *name = nullptr;
-            if (g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-            const std::string text = without_version(name);
-            for (const std::string &skip : names)
-                if (text == skip) untraced_.emplace_back(domain, cbid);
+    // Every (domain, callback id) of the runtime (``runtime``) and driver (``driver``) APIs whose
+    // name, version suffix left off, ``match`` accepts.
+    using ApiIds = std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>>;
+    template <typename Match>
+    static ApiIds api_ids(bool runtime, bool driver, Match match) {
+        using Domain = std::tuple<CUpti_CallbackDomain, uint32_t, bool>;
+        ApiIds ids;
+        if (!g_api.GetCallbackName) return ids;
+        for (const auto &[domain, size, on] : {Domain{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime},
+                                               Domain{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver}}) {
+            for (uint32_t cbid = 1; on && cbid < size; ++cbid) {
+                const char *name = nullptr;
+                if (g_api.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name && match(without_version(name)))
+                    ids.emplace_back(domain, cbid);
+            }
         }
-    }
-
-    // The callback ids of the APIs whose names start with one of ``prefixes``: with callbacks,
-    // only these are recorded.
-    void find_traced(CUpti_CallbackDomain domain, uint32_t size, const std::vector<std::string> &prefixes) {
-        for (uint32_t cbid = 1; cbid < size; ++cbid) {
-            const char *name = nullptr;
-            if (!g_api.GetCallbackName || g_api.GetCallbackName(domain, cbid, &name) != CUPTI_SUCCESS || !name) continue;
-            const std::string text = name;
-            for (const std::string &prefix : prefixes)
-                if (text.compare(0, prefix.size(), prefix) == 0) {
-                    traced_.emplace_back(domain, cbid);
-                    break;
-                }
-        }
+        return ids;
     }
 
     // Turn the API callbacks on or off: the enabled domains whole, less the untraced APIs, or
@@ -212,9 +203,11 @@ private:
             if (runtime_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API));
             if (driver_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API));
             if (on)
-                for (const auto &[domain, cbid] : untraced_) check(g_api.EnableCallback(0, g_attach.subscriber, domain, cbid));
+                for (const auto &[domain, cbid] : untraced_)
+                    check(g_api.EnableCallback(0, g_attach.subscriber, domain, cbid));
         } else {
-            for (const auto &[domain, cbid] : traced_) check(g_api.EnableCallback(on, g_attach.subscriber, domain, cbid));
+            for (const auto &[domain, cbid] : traced_)
+                check(g_api.EnableCallback(on, g_attach.subscriber, domain, cbid));
         }
         callbacks_on_ = on;
         if (on) g_api_calls.recording = true;
@@ -286,7 +279,8 @@ private:
         if (by_callback_) {
             const CUptiResult r = set_callbacks((runtime_ || driver_) && api);
             if (r != CUPTI_SUCCESS && first == CUPTI_SUCCESS) first = r;
-        } else if (api)  // enabling a kind (again) traces every API of it: untrace the skipped ones
+        } else if (api && g_api.ActivityEnableRuntimeApi && g_api.ActivityEnableDriverApi)
+            // enabling a kind (again) traces every API of it: untrace the skipped ones
             for (const auto &[domain, cbid] : untraced_)
                 (domain == CUPTI_CB_DOMAIN_RUNTIME_API ? g_api.ActivityEnableRuntimeApi
                                                         : g_api.ActivityEnableDriverApi)(cbid, 0);
@@ -398,7 +392,7 @@ private:
     bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
     bool by_callback_ = false, all_but_untraced_ = true, callbacks_on_ = false;  // API calls through callbacks
-    std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>> untraced_, traced_;
+    ApiIds untraced_, traced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };
