@@ -152,20 +152,24 @@ def compare(args: argparse.Namespace) -> None:
     rows: list[dict[str, Any]] = []
     modes = tuple(args.modes)
     total = args.rounds * len(args.loops) * len(modes)
-    for round_ in range(args.rounds):
-        for name in args.loops:
-            shift = round_ % len(modes)
-            for mode in modes[shift:] + modes[:shift]:
-                command = [*pin, sys.executable, __file__, "run", name, mode,
-                           str(args.steps or DEFAULT_STEPS[name]), str(args.work)]
-                done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
-                if done.returncode != 0:
-                    tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
-                    print(f"round {round_} {name} {mode}: exit {done.returncode}: {tail[0]}", flush=True)
-                    continue
-                row = json.loads(done.stdout.strip().splitlines()[-1]) | {"round": round_}
-                rows.append(row)
-                print(f"[{len(rows)}/{total}] round {round_} {name:13s} {mode:9s} {row['wall_s']:.3f} s", flush=True)
+    try:  # an interrupt (Ctrl-C, a deadline) keeps the finished runs: CSV and summary of those
+        for round_ in range(args.rounds):
+            for name in args.loops:
+                shift = round_ % len(modes)
+                for mode in modes[shift:] + modes[:shift]:
+                    command = [*pin, sys.executable, __file__, "run", name, mode,
+                               str(args.steps or DEFAULT_STEPS[name]), str(args.work)]
+                    done = subprocess.run(command, capture_output=True, text=True, timeout=args.timeout)
+                    if done.returncode != 0:
+                        tail = done.stderr.strip().splitlines()[-1:] or ["(no output)"]
+                        print(f"round {round_} {name} {mode}: exit {done.returncode}: {tail[0]}", flush=True)
+                        continue
+                    row = json.loads(done.stdout.strip().splitlines()[-1]) | {"round": round_}
+                    rows.append(row)
+                    print(f"[{len(rows)}/{total}] round {round_} {name:13s} {mode:9s} {row['wall_s']:.3f} s",
+                          flush=True)
+    except KeyboardInterrupt:
+        print(f"stopped after {len(rows)} of {total} runs; the summary is of those", flush=True)
     if args.out is not None:
         pd.DataFrame(rows).to_csv(args.out, index=False)
     for entry in summarize(rows):
