@@ -17,9 +17,8 @@ Modes (``--modes``, default off rlscope profiler): ``off`` (annotations are no-o
 (``rlscope.profile()`` with everything on: annotations, transitions, CUDA API calls through
 CUPTI callbacks and GPU activity), ``profiler`` (torch.profiler with CPU and CUDA activities for
 the PyTorch loops, ``jax.profiler.trace`` for JAX); to see where the cost is: ``rlscope-activity``
-(API calls as activity records), ``rlscope-key`` (callbacks for launches, copies, memsets and
-synchronisations only), ``annotations``, ``transitions`` (annotations and transitions),
-``kernels`` (annotations and GPU activity).
+(API calls as activity records, the way callbacks replaced), ``annotations``, ``transitions``
+(annotations and transitions), ``kernels`` (annotations and GPU activity).
 
 Each process warms the loop up (a tenth of the steps, unprofiled), then times STEPS. Per round
 the modes run in a rotated order, so drift of the machine spreads over all of them. The summary
@@ -49,7 +48,6 @@ LOOPS = ("tiny", "sb3_ppo_cuda", "jax_loop")
 RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
     "rlscope": ({}, "callbacks"),
     "rlscope-activity": ({}, "activity"),
-    "rlscope-key": ({}, "callbacks-key"),
     "annotations": ({"transitions": False, "gpu": False}, "callbacks"),
     "transitions": ({"gpu": False}, "callbacks"),
     "kernels": ({"transitions": False, "gpu": "kernels"}, "callbacks"),

@@ -32,8 +32,9 @@ class Tracer:
     def __init__(self, rows_path: str, names_path: str, chunk_rows: int = 65536, buffer_bytes: int = 8388608,
                  dump_dir: str = "") -> None: ...
     def start(self, runtime: bool = True, driver: bool = True, gpu: bool = True, sync: bool = False,
-              untraced_apis: list[str] = ...) -> dict[str, Any]:
-        """Attach and enable the layers: ``{"ok": True, "own_clock"}``, or ``{"ok": False, "code",
+              untraced_apis: list[str] = ..., api_callbacks: bool = False) -> dict[str, Any]:
+        """Attach and enable the layers, API calls through CUPTI callbacks with ``api_callbacks``
+        (else as activity records): ``{"ok": True, "own_clock"}``, or ``{"ok": False, "code",
         "error", "step", "subscriber"}`` naming the CUPTI call that failed."""
     def record(self, api: bool, gpu: bool) -> None:
         """Stop or resume recording CUDA API calls and GPU activities (alternating windows)."""
@@ -43,6 +44,7 @@ class Tracer:
         """Forget the tracer without flushing (a forked child's copy)."""
     def stats(self) -> dict[str, Any]:
         """Counts (records, incomplete, other_kinds, dropped, buffers, rows_written, untraced_api_ids,
-        detaches), ``kinds_on``, ``cupti_attached``, ``detach_pending``, ``own_clock``, ``buffer_processing``."""
+        detaches), ``api_source``, ``kinds_on``, ``cupti_attached``, ``detach_pending``, ``own_clock``,
+        ``buffer_processing``."""
     def hooks(self) -> Any:
         """Capsule of the external-correlation push/pop functions."""

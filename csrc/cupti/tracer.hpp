@@ -49,10 +49,9 @@ public:
     // "error": str, "step": str, "subscriber": str}: the caller turns failures into messages.
     //
     // ``api_callbacks``: record API calls through the Callback API (api_calls.hpp) instead of
-    // activity records; ``traced_api_prefixes`` (callbacks only): record only the APIs whose
-    // names start with one of these, e.g. "cudaLaunch" (empty: all but ``untraced_apis``).
+    // activity records.
     nb::dict start(bool runtime, bool driver, bool gpu, bool sync, const std::vector<std::string> &untraced_apis,
-                   bool api_callbacks, const std::vector<std::string> &traced_api_prefixes) {
+                   bool api_callbacks) {
         require_loaded();
         nb::dict out;
         if (g_tracer) return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "rlscope");
@@ -80,11 +79,6 @@ public:
         untraced_ = api_ids(runtime, driver, [&](const std::string &name) {
             return std::find(untraced_apis.begin(), untraced_apis.end(), name) != untraced_apis.end();
         });
-        traced_ = api_ids(runtime && api_callbacks, driver && api_callbacks, [&](const std::string &name) {
-            return std::any_of(traced_api_prefixes.begin(), traced_api_prefixes.end(),
-                               [&](const std::string &prefix) { return name.compare(0, prefix.size(), prefix) == 0; });
-        });
-        all_but_untraced_ = traced_api_prefixes.empty();
         take_api_rows(true);  // a row a thread added after the last session's stop took them: not ours
         g_api_calls.by_callback = api_callbacks;
         if ((r = register_callbacks()) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityRegisterCallbacks", r);
@@ -155,7 +149,6 @@ public:
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
         out["api_source"] = by_callback_ ? "callbacks" : "activity";
-        out["traced_api_ids"] = traced_.size();
         out["kinds_on"] = std::vector<int>(on_.begin(), on_.end());  // CUpti_ActivityKind values
         out["cupti_attached"] = g_attach.attached.load();
         out["detach_pending"] = g_attach.detach_pending.load();
@@ -190,8 +183,8 @@ private:
         return ids;
     }
 
-    // Turn the API callbacks on or off: the enabled domains whole, less the untraced APIs, or
-    // only the traced ones. Off before on: a callback never sees a half-made set.
+    // Turn the API callbacks on or off: the enabled domains whole, less the untraced APIs. Off
+    // before on: a callback never sees a half-made set.
     CUptiResult set_callbacks(bool on) {
         if (on == callbacks_on_) return CUPTI_SUCCESS;
         if (!on) g_api_calls.recording = false;
@@ -199,16 +192,10 @@ private:
         auto check = [&](CUptiResult r) {
             if (r != CUPTI_SUCCESS && first == CUPTI_SUCCESS) first = r;
         };
-        if (all_but_untraced_) {
-            if (runtime_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API));
-            if (driver_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API));
-            if (on)
-                for (const auto &[domain, cbid] : untraced_)
-                    check(g_api.EnableCallback(0, g_attach.subscriber, domain, cbid));
-        } else {
-            for (const auto &[domain, cbid] : traced_)
-                check(g_api.EnableCallback(on, g_attach.subscriber, domain, cbid));
-        }
+        if (runtime_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_RUNTIME_API));
+        if (driver_) check(g_api.EnableDomain(on, g_attach.subscriber, CUPTI_CB_DOMAIN_DRIVER_API));
+        if (on)
+            for (const auto &[domain, cbid] : untraced_) check(g_api.EnableCallback(0, g_attach.subscriber, domain, cbid));
         callbacks_on_ = on;
         if (on) g_api_calls.recording = true;
         return first;
@@ -391,8 +378,8 @@ private:
     int rows_fd_ = -1, names_fd_ = -1;
     bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
-    bool by_callback_ = false, all_but_untraced_ = true, callbacks_on_ = false;  // API calls through callbacks
-    ApiIds untraced_, traced_;
+    bool by_callback_ = false, callbacks_on_ = false;  // API calls through callbacks
+    ApiIds untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };

@@ -23,16 +23,17 @@ from rlscope.collect.environment import ENV_GPU
 from rlscope.errors import RlscopeError
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 
-__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS", "KEY_APIS",
+__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS",
            "API_SOURCES", "ENV_API", "api_source", "parse_gpu_layers",
            "libcupti_candidates", "nvidia_library_candidates", "gpu_unavailable_reason", "ENV_LIBCUPTI"]
 
 ENV_LIBCUPTI = "RLSCOPE_LIBCUPTI"  # path of the libcupti to use
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
-# How CUDA API calls are recorded: "callbacks" (CUPTI's Callback API, the default), "activity"
-# (activity records, as CUPTI's own tracing does), or "callbacks-key" (callbacks for KEY_APIS only).
+# How CUDA API calls are recorded: "callbacks" (CUPTI's Callback API: the default, it costs the
+# traced loop less; docs/results/gpu-collector.md) or "activity" (activity records, as CUPTI's own
+# tracing does: what the callbacks are checked against).
 ENV_API = "RLSCOPE_CUPTI_API"
-API_SOURCES = ("callbacks", "activity", "callbacks-key")
+API_SOURCES = ("callbacks", "activity")
 
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_ERROR_MULTIPLE_SUBSCRIBERS = 39
@@ -55,15 +56,6 @@ QUERY_APIS = (
     "cuDeviceGetCount", "cuDevicePrimaryCtxGetState", "cuPointerGetAttribute", "cuPointerGetAttributes",
     "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuStreamGetCtx", "cuKernelGetName", "cuKernelGetFunction",
     "cuLibraryGetKernel", "cuFuncGetAttribute", "cuGetProcAddress", "cuGetErrorString", "cuDriverGetVersion",
-)
-
-
-# The calls that launch GPU work, copy, set memory or wait for the GPU (name prefixes, runtime
-# and driver): what "callbacks-key" records.
-KEY_APIS = (
-    "cudaLaunch", "cuLaunch", "cudaGraphLaunch", "cuGraphLaunch", "cudaMemcpy", "cuMemcpy", "cudaMemset", "cuMemset",
-    "cudaDeviceSynchronize", "cudaStreamSynchronize", "cudaEventSynchronize", "cuCtxSynchronize",
-    "cuStreamSynchronize", "cuEventSynchronize",
 )
 
 
@@ -197,8 +189,7 @@ class GpuCollector:
         result = tracer.start(runtime="runtime" in self.layers, driver="driver" in self.layers,
                               gpu="kernels" in self.layers, sync="sync" in self.layers,
                               untraced_apis=[] if "queries" in self.layers else list(QUERY_APIS),
-                              api_callbacks=source != "activity",
-                              traced_api_prefixes=list(KEY_APIS) if source == "callbacks-key" else [])
+                              api_callbacks=source == "callbacks")
         if not result["ok"]:
             self._fail(result)
             return False

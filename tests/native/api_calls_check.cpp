@@ -53,6 +53,33 @@ void one_thread_rows() {
     CHECK(take_api_rows(true).empty());
 }
 
+// A driver call made inside a runtime call, with its correlation id (as CUPTI gives it): the
+// runtime call keeps the id and the link to the operation, the driver call neither.
+void nested_driver_call() {
+    t_operations.emplace_back(0, 5);
+    uint64_t outer = 0, inner = 0;
+    CUpti_CallbackData runtime{}, driver{};
+    runtime.correlationId = driver.correlationId = 11;
+    runtime.correlationData = &outer;
+    driver.correlationData = &inner;
+    runtime.callbackSite = driver.callbackSite = CUPTI_API_ENTER;
+    record_api_call(CUPTI_CB_DOMAIN_RUNTIME_API, 211, &runtime);
+    record_api_call(CUPTI_CB_DOMAIN_DRIVER_API, 307, &driver);
+    runtime.callbackSite = driver.callbackSite = CUPTI_API_EXIT;
+    record_api_call(CUPTI_CB_DOMAIN_DRIVER_API, 307, &driver);
+    record_api_call(CUPTI_CB_DOMAIN_RUNTIME_API, 211, &runtime);
+    api_call(CUPTI_CB_DOMAIN_DRIVER_API, 307, 11);  // after the runtime call: its own row again
+    t_operations.pop_back();
+    const std::vector<int64_t> rows = take_api_rows(true);
+    CHECK(rows.size() == 5 * kWidth);
+    if (rows.size() != 5 * kWidth) return;
+    const int64_t *inside = row(rows, 0), *outer_row = row(rows, 1), *link = row(rows, 2), *after = row(rows, 3);
+    CHECK(inside[0] == rlscope::cupti::kCudaApi && inside[1] == 1 && inside[7] == 0);
+    CHECK(outer_row[1] == 0 && outer_row[7] == 11 && outer_row[4] <= inside[4] && outer_row[5] >= inside[5]);
+    CHECK(link[0] == rlscope::cupti::kCorrelation && link[7] == 11 && link[8] == 5);
+    CHECK(after[1] == 1 && after[7] == 11 && row(rows, 4)[0] == rlscope::cupti::kCorrelation);
+}
+
 // Threads calling at once, two of them ending before the last take, one thread taking rows
 // meanwhile: every call arrives once.
 void many_threads_rows() {
@@ -92,6 +119,7 @@ void many_threads_rows() {
 int main() {
     g_api_calls.recording = true;
     one_thread_rows();
+    nested_driver_call();
     many_threads_rows();
     if (failures == 0) std::printf("ok\n");
     return failures == 0 ? 0 : 1;
