@@ -83,15 +83,15 @@ ApiThreadRows *thread_rows() {
     return t_api_slot.rows;
 }
 
-// The correlation id of the runtime API call this thread is in (0: none). A driver call made
-// inside it gets the same id from CUPTI's callbacks (as activity records it has its own).
+// The correlation id of the runtime API call this thread is in (0: none). CUPTI calls back for
+// the driver calls a runtime call makes, with the runtime call's id; its activity records leave
+// them out (cudaLaunchKernel is recorded, the cuLaunchKernel inside it is not), and so does this.
 thread_local uint32_t t_runtime_call = 0;
 
 // At the exit of an enabled API call: its row (kCudaApi; category 0 runtime, 1 driver; tid the
 // low 32 bits of pthread_self(), as CUPTI's activity records give it) and, inside an operation,
 // a kCorrelation row tying its correlation id to the operation. Entry stamps the start. A driver
-// call inside a runtime call keeps correlation 0, as the activity records' driver rows link to no
-// GPU work: the kernels it launches belong to the runtime call, which starts first.
+// call made inside a runtime call is not recorded (t_runtime_call).
 void record_api_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const CUpti_CallbackData *call) {
     const bool driver = domain == CUPTI_CB_DOMAIN_DRIVER_API;
     if (call->callbackSite == CUPTI_API_ENTER) {
@@ -99,12 +99,12 @@ void record_api_call(CUpti_CallbackDomain domain, CUpti_CallbackId cbid, const C
         if (!driver) t_runtime_call = call->correlationId;
         return;
     }
-    const bool nested = driver && t_runtime_call != 0 && call->correlationId == t_runtime_call;
+    if (driver && t_runtime_call != 0 && call->correlationId == t_runtime_call) return;
     if (!driver) t_runtime_call = 0;
     const uint64_t start = *call->correlationData, end = monotonic_ns();
     if (start == 0 || start > end) return;  // entered before the callbacks were on
-    const auto correlation = nested ? 0 : static_cast<int64_t>(call->correlationId);
-    const int64_t operation = t_operations.empty() || nested ? -1 : t_operations.back().second;
+    const auto correlation = static_cast<int64_t>(call->correlationId);
+    const int64_t operation = t_operations.empty() ? -1 : t_operations.back().second;
     ApiThreadRows *mine = thread_rows();
     std::vector<int64_t> full;
     {
