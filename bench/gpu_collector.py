@@ -3,12 +3,12 @@
     python bench/gpu_collector.py torch-compare STEPS OUT_DIR   kernels vs torch.profiler, same loop
     python bench/gpu_collector.py jax-compare STEPS OUT_DIR     kernels vs jax.profiler, same loop
     python bench/gpu_collector.py conflict OUT_DIR              rlscope inside torch.profiler: the error
-    python bench/gpu_collector.py overhead MODE STEPS OUT_DIR   RL-like loop; MODE off | rlscope | torch
     python bench/gpu_collector.py drift SECONDS OUT_DIR         clock agreement over a long run
     python bench/gpu_collector.py utilisation SECONDS OUT_DIR   tiny kernels with CPU gaps: nvidia-smi vs busy
     python bench/gpu_collector.py fixtures OUT_DIR              raw CUPTI buffers + decoded rows for tests
 
 Run by bench/gpu_collector_suite.sh on a GPU machine; results go to docs/results/gpu-collector.md.
+``rl_loop`` is the tiny-kernel loop whose profiling overhead bench/gpu_overhead.py measures.
 """
 
 from __future__ import annotations
@@ -232,48 +232,6 @@ def rl_loop(steps: int, annotate: bool) -> None:
     torch.cuda.synchronize()
 
 
-# rlscope's layers switched on one at a time (annotations are always on).
-PROFILE_MODES = {
-    "annotations": dict(transitions=False, gpu=False),
-    "transitions": dict(transitions=True, gpu=False),
-    "cupti": dict(transitions=False, gpu=True),
-    "cupti-with-queries": dict(transitions=False, gpu="all"),
-    "cupti-runtime": dict(transitions=False, gpu="runtime"),
-    "cupti-runtime-with-queries": dict(transitions=False, gpu="runtime,queries"),
-    "cupti-runtime-with-sync": dict(transitions=False, gpu="runtime,sync"),
-    "cupti-driver": dict(transitions=False, gpu="driver"),
-    "cupti-kernels": dict(transitions=False, gpu="kernels"),
-    "rlscope": dict(transitions=True, gpu=True),
-    "rlscope-with-queries": dict(transitions=True, gpu="all"),
-}
-
-
-def overhead(mode: str, steps: int, out: Path) -> None:
-    from torch.profiler import ProfilerActivity, profile  # imported before the clock starts
-
-    rl_loop(300, annotate=False)  # warm-up
-    t0 = time.perf_counter()
-    if mode == "off":
-        rl_loop(steps, annotate=False)
-    elif mode in PROFILE_MODES:
-        trace = out / f"overhead_{time.time_ns()}"
-        with rlscope.profile(trace, process="rl_loop", **PROFILE_MODES[mode]):
-            rl_loop(steps, annotate=True)
-    elif mode == "torch":
-        with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]):
-            rl_loop(steps, annotate=False)
-    else:
-        raise SystemExit(f"unknown mode {mode!r}")
-    wall = time.perf_counter() - t0
-    per_step = {}
-    if mode in PROFILE_MODES:  # what was recorded, per step (read after the clock stopped)
-        (proc,) = read_trace(trace)
-        counts = proc.events["kind"].value_counts()
-        per_step = {Kind(k).name.lower(): round(int(n) / steps, 2) for k, n in counts.items()}
-    emit(check="overhead", mode=mode, steps=steps, wall_s=wall, cpus=len(os.sched_getaffinity(0)),
-         events_per_step=per_step)
-
-
 # --- one clock: CPU brackets around tiny kernels, over a long run --------------------------------
 def drift(seconds: float, out: Path) -> None:
     import torch
@@ -386,8 +344,6 @@ def main() -> None:
         jax_compare(int(args[0]), out)
     elif command == "conflict":
         conflict(out)
-    elif command == "overhead":
-        overhead(args[0], int(args[1]), out)
     elif command == "drift":
         drift(float(args[0]), out)
     elif command == "utilisation":

@@ -1,16 +1,11 @@
 #!/usr/bin/env bash
 # Every GPU-collector check and measurement, on a GPU machine; JSON lines to $RESULTS.
 #   RESULTS=out/gpu.jsonl WORK=/tmp/gpu bench/gpu_collector_suite.sh
-# CHECKS picks what runs (default: all). Timed loops are pinned, since the host's other jobs
-# make timings noisy: CORES lists the core sets (default two cores: one for the loop, one for
-# CUPTI's and NVML's threads), ROUNDS how often each mode runs, interleaved with the others.
+# CHECKS picks what runs (default: all). Profiling overhead: bench/gpu_overhead.py.
 set -u
 RESULTS=${RESULTS:-gpu_collector.jsonl}
 WORK=${WORK:-$(mktemp -d)}
-CHECKS=${CHECKS:-compare conflict fixtures overhead utilisation drift}
-CORES=${CORES:-2,3}
-ROUNDS=${ROUNDS:-3}
-MODES=${MODES:-off annotations transitions cupti-kernels cupti-runtime cupti-runtime-with-queries cupti cupti-with-queries rlscope rlscope-with-queries torch}
+CHECKS=${CHECKS:-compare conflict fixtures utilisation drift}
 PY=${PY:-python3}
 has() { [[ " $CHECKS " == *" $1 "* ]]; }
 run() { timeout "$1" "${@:2}" >>"$RESULTS" 2>>"$WORK/stderr.log" || echo "{\"failed\": \"${*:2}\", \"rc\": $?}" >>"$RESULTS"; }
@@ -23,15 +18,6 @@ if has compare; then
 fi
 has conflict && run 120 $PY bench/gpu_collector.py conflict "$WORK/conflict"
 has fixtures && run 120 $PY bench/gpu_collector.py fixtures "$WORK/fixtures"
-if has overhead; then
-  for cores in $CORES; do
-    for round in $(seq "$ROUNDS"); do
-      for mode in $MODES; do
-        run 300 taskset -c "$cores" $PY bench/gpu_collector.py overhead "$mode" 3000 "$WORK/overhead"
-      done
-    done
-  done
-fi
 has utilisation && run 120 $PY bench/gpu_collector.py utilisation 4 "$WORK/util"
 has drift && run 200 $PY bench/gpu_collector.py drift 60 "$WORK/drift"
 echo "results: $RESULTS; logs: $WORK/stderr.log"
