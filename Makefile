@@ -41,15 +41,17 @@ artifacts: $(STAMP)
 # Minutes on one GPU; its own output directory, so it never replaces the CPU quick runs' results.
 # Runs share the GPU SMOKE_JOBS at a time, across manifests (most of a quick run is its process
 # starting): the smoke shows that everything runs on the GPU; its timings are not for reading. The
-# overhead validation goes first, since its runs are the longest (the others fill the remaining
-# slots meanwhile), cut to what shows that each way works: one calibration repetition with one
+# overhead validation is cut to what shows that each way works: one calibration repetition with one
 # start-up pair, one validation pair (budget_s), no sessions run (`pytest -m gpu` starts and stops
-# sessions and calibrates on the GPU with every start-up pair).
+# sessions and calibrates on the GPU with every start-up pair). The manifests of the longest runs
+# go first (the overhead validation, the calibrated XLA breakdown, the framework comparison, the
+# simulator comparison), so the short runs fill the slots around them rather than wait behind.
 SMOKE_OUTPUT ?= output/smoke-gpu
 SMOKE_JOBS ?= 6
 SMOKE_OVERHEAD := --set budget_s=60 --set session_steps=0 --set calibration_repetitions=1 --set calibration_startup_pairs=1
 SMOKE_SET ?= --set device=cuda $(SMOKE_OVERHEAD)
-SMOKE_FIRST := configs/overhead_correction.yaml
+SMOKE_FIRST := configs/overhead_correction.yaml configs/xla_breakdown.yaml configs/rl_framework_comparison.yaml \
+  configs/simulator_comparison.yaml
 smoke-gpu: $(STAMP)
 	$(RLSCOPE) doctor --scale full
 	$(PY) -m pytest -m gpu
