@@ -20,7 +20,8 @@ the PyTorch loops, ``jax.profiler.trace`` for JAX); to see where the cost is: ``
 (API calls as activity records, the way callbacks replaced), ``annotations``, ``transitions``
 (annotations and transitions), ``kernels`` (annotations and GPU activity).
 
-Each process warms the loop up (a tenth of the steps, unprofiled), then times STEPS. Per round
+Each process warms the loop up (a tenth of the steps, unprofiled), then times STEPS; an rlscope
+mode's row also says how many events of each kind it recorded per step (``events_per_step``). Per round
 the modes run in a rotated order, so drift of the machine spreads over all of them. The summary
 gives, per loop, each mode's wall time over the same round's uninstrumented one (median and
 range over rounds) and how much less time rlscope adds than the framework's profiler
@@ -103,7 +104,24 @@ def run_one(name: str, mode: str, steps: int, out: Path) -> dict[str, Any]:
     with context:
         _loop(name, steps, annotate=mode in RLSCOPE_MODES)
         _synchronize(name)
-    return {"loop": name, "mode": mode, "steps": steps, "wall_s": time.perf_counter() - started}
+    row = {"loop": name, "mode": mode, "steps": steps, "wall_s": time.perf_counter() - started}
+    if mode in RLSCOPE_MODES:  # what the time bought, read after the clock stopped
+        row["events_per_step"] = events_per_step(trace, steps)
+    return row
+
+
+def events_per_step(trace: Path, steps: int) -> str:
+    """How many events of each kind an rlscope trace holds per loop step ("cuda_api=21.04 ..."):
+    where a mode's overhead can come from (every CUDA API call, kernel and native call recorded
+    costs something)."""
+    from rlscope.trace.reader import read_trace
+    from rlscope.trace.schema import Kind
+
+    counts: dict[str, int] = {}
+    for process in read_trace(trace):
+        for kind, n in process.events["kind"].value_counts().items():
+            counts[Kind(int(kind)).name.lower()] = counts.get(Kind(int(kind)).name.lower(), 0) + int(n)
+    return " ".join(f"{kind}={n / steps:.2f}" for kind, n in sorted(counts.items()))
 
 
 def _synchronize(name: str) -> None:
@@ -164,8 +182,8 @@ def compare(args: argparse.Namespace) -> None:
                         continue
                     row = json.loads(done.stdout.strip().splitlines()[-1]) | {"round": round_}
                     rows.append(row)
-                    print(f"[{len(rows)}/{total}] round {round_} {name:13s} {mode:9s} {row['wall_s']:.3f} s",
-                          flush=True)
+                    print(f"[{len(rows)}/{total}] round {round_} {name:13s} {mode:9s} {row['wall_s']:.3f} s "
+                          f"{row.get('events_per_step', '')}", flush=True)
     except KeyboardInterrupt:
         print(f"stopped after {len(rows)} of {total} runs; the summary is of those", flush=True)
     if args.out is not None:

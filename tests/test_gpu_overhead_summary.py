@@ -40,3 +40,18 @@ def test_a_round_without_its_uninstrumented_run_is_left_out_and_loops_stay_apart
 def test_no_added_time_ratio_when_rlscope_adds_nothing() -> None:
     (entry,) = gpu_overhead.summarize(rows("tiny", [(1.0, 0.9, 2.0)]))
     assert "profiler_added_over_rlscope" not in entry
+
+
+def test_events_per_step_counts_each_kind_of_a_trace(tmp_path: Path) -> None:
+    import rlscope
+
+    with rlscope.profile(tmp_path / "trace", process="loop", gpu=False):
+        for _ in range(4):
+            rlscope.step()
+            with rlscope.operation("inference"):
+                pass
+            with rlscope.operation("simulation"):
+                pass
+    counts = dict(item.split("=") for item in gpu_overhead.events_per_step(tmp_path / "trace", steps=4).split())
+    assert float(counts["operation"]) == 2.0 and float(counts["step"]) >= 0.75
+    assert "cuda_api" not in counts
