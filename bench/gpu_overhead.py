@@ -120,7 +120,8 @@ def events_per_step(trace: Path, steps: int) -> str:
     counts: dict[str, int] = {}
     for process in read_trace(trace):
         for kind, n in process.events["kind"].value_counts().items():
-            counts[Kind(int(kind)).name.lower()] = counts.get(Kind(int(kind)).name.lower(), 0) + int(n)
+            name = Kind(int(kind)).name.lower()
+            counts[name] = counts.get(name, 0) + int(n)
     return " ".join(f"{kind}={n / steps:.2f}" for kind, n in sorted(counts.items()))
 
 

@@ -44,7 +44,7 @@ class Tracer:
         """Forget the tracer without flushing (a forked child's copy)."""
     def stats(self) -> dict[str, Any]:
         """Counts (records, incomplete, other_kinds, dropped, buffers, rows_written, untraced_api_ids,
-        detaches), ``api_source``, ``kinds_on``, ``cupti_attached``, ``detach_pending``, ``own_clock``,
+        detaches), ``kinds_on``, ``cupti_attached``, ``detach_pending``, ``own_clock``,
         ``buffer_processing``."""
     def hooks(self) -> Any:
         """Capsule of the external-correlation push/pop functions."""

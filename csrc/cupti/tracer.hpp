@@ -76,9 +76,7 @@ public:
         by_callback_ = api_callbacks;
         // Recording an API call costs CUPTI about a microsecond, far more than the bookkeeping
         // queries frameworks make around every launch take themselves: set_kinds() leaves these out.
-        untraced_ = api_ids(runtime, driver, [&](const std::string &name) {
-            return std::find(untraced_apis.begin(), untraced_apis.end(), name) != untraced_apis.end();
-        });
+        untraced_ = api_ids(runtime, driver, untraced_apis);
         take_api_rows(true);  // a row a thread added after the last session's stop took them: not ours
         g_api_calls.by_callback = api_callbacks;
         if ((r = register_callbacks()) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityRegisterCallbacks", r);
@@ -148,7 +146,6 @@ public:
         out["rows_written"] = rows_written_;
         out["own_clock"] = own_clock_;
         out["untraced_api_ids"] = untraced_.size();
-        out["api_source"] = by_callback_ ? "callbacks" : "activity";
         out["kinds_on"] = std::vector<int>(on_.begin(), on_.end());  // CUpti_ActivityKind values
         out["cupti_attached"] = g_attach.attached.load();
         out["detach_pending"] = g_attach.detach_pending.load();
@@ -164,19 +161,19 @@ public:
     nb::capsule hooks() { return nb::capsule(&g_hooks, "rlscope.correlation_hooks"); }
 
 private:
-    // Every (domain, callback id) of the runtime (``runtime``) and driver (``driver``) APIs whose
-    // name, version suffix left off, ``match`` accepts.
+    // Every (domain, callback id) of the runtime (``runtime``) and driver (``driver``) APIs named
+    // in ``names`` (version suffix left off).
     using ApiIds = std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>>;
-    template <typename Match>
-    static ApiIds api_ids(bool runtime, bool driver, Match match) {
+    static ApiIds api_ids(bool runtime, bool driver, const std::vector<std::string> &names) {
         using Domain = std::tuple<CUpti_CallbackDomain, uint32_t, bool>;
         ApiIds ids;
-        if (!g_api.GetCallbackName) return ids;
+        if (names.empty() || !g_api.GetCallbackName) return ids;
         for (const auto &[domain, size, on] : {Domain{CUPTI_CB_DOMAIN_RUNTIME_API, CUPTI_RUNTIME_TRACE_CBID_SIZE, runtime},
                                                Domain{CUPTI_CB_DOMAIN_DRIVER_API, CUPTI_DRIVER_TRACE_CBID_SIZE, driver}}) {
             for (uint32_t cbid = 1; on && cbid < size; ++cbid) {
                 const char *name = nullptr;
-                if (g_api.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name && match(without_version(name)))
+                if (g_api.GetCallbackName(domain, cbid, &name) == CUPTI_SUCCESS && name &&
+                    std::find(names.begin(), names.end(), without_version(name)) != names.end())
                     ids.emplace_back(domain, cbid);
             }
         }
