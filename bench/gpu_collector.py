@@ -195,8 +195,10 @@ def conflict(out: Path) -> None:
 
 
 # --- the RL-like loop of tiny kernels ----------------------------------------------------------
-def rl_loop(steps: int, annotate: bool) -> None:
-    """NumPy CartPole step, batch-1 MLP inference on the GPU, backprop every 32 steps."""
+def rl_loop(steps: int, segments: Any = None) -> None:
+    """NumPy CartPole step, batch-1 MLP inference on the GPU, backprop every 32 steps; annotated
+    with rlscope's calls (no-ops when nothing profiles). ``segments``: an
+    ``experiments.overhead.sessions.SessionSegments`` ticked every ``segments.every`` steps."""
     import torch
 
     from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
@@ -208,21 +210,21 @@ def rl_loop(steps: int, annotate: bool) -> None:
     opt = torch.optim.Adam(policy.parameters(), lr=1e-3)
     state = rng.uniform(-0.05, 0.05, size=(1, 4))
     batch: list[np.ndarray] = []
-    op = rlscope.operation if annotate else (lambda name: contextlib.nullcontext())
     for i in range(steps):
-        if annotate:
-            rlscope.step()
-        with op("inference"):
+        if segments is not None and i % segments.every == 0:
+            segments.tick()
+        rlscope.step()
+        with rlscope.operation("inference"):
             with torch.no_grad():
                 obs = torch.as_tensor(state, dtype=torch.float32, device="cuda")
                 action = int(policy(obs).argmax())
-        with op("simulation"):
+        with rlscope.operation("simulation"):
             state = cartpole_dynamics(state, np.array([action == 1]))
             if terminated_mask(state)[0]:
                 state = rng.uniform(-0.05, 0.05, size=(1, 4))
             batch.append(state[0].astype(np.float32))
         if (i + 1) % 32 == 0:
-            with op("backpropagation"):
+            with rlscope.operation("backpropagation"):
                 obs = torch.as_tensor(np.stack(batch), device="cuda")
                 loss = policy(obs).logsumexp(1).mean()
                 opt.zero_grad()

@@ -1,4 +1,4 @@
-"""bench/gpu_overhead.py's summary: per-round ratios against the same round's uninstrumented run."""
+"""bench/gpu_overhead.py: groups of alternating segments, per-round ratios and their summary."""
 
 from __future__ import annotations
 
@@ -13,33 +13,66 @@ gpu_overhead = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(gpu_overhead)
 
 
-def rows(loop: str, walls: list[tuple[float, float, float]]) -> list[dict]:
-    return [{"loop": loop, "mode": mode, "round": r, "wall_s": wall}
-            for r, triple in enumerate(walls) for mode, wall in zip(("off", "rlscope", "profiler"), triple)]
+def rows(loop: str, mode: str, rounds: list[list[tuple[float, float]]]) -> list[dict]:
+    return [{"loop": loop, "mode": mode, "round": r, "group": g, "off_us": off, "on_us": on}
+            for r, groups in enumerate(rounds) for g, (off, on) in enumerate(groups)]
 
 
-def test_ratios_are_taken_per_round_then_the_median() -> None:
-    # A machine twice as slow in round 1: per-round ratios stay 1.2 and 3.0.
-    (entry,) = gpu_overhead.summarize(rows("tiny", [(1.0, 1.2, 3.0), (2.0, 2.4, 6.0), (1.0, 1.2, 3.0)]))
-    assert entry["rounds"] == 3
+def test_ratios_are_taken_per_group_then_the_median_per_round_then_over_rounds() -> None:
+    # Round 1 runs twice as slow and has one disturbed group: its median ratio stays 1.2.
+    data = (rows("tiny", "rlscope", [[(100, 120), (100, 120)], [(200, 240), (200, 240), (200, 400)], [(100, 130)]])
+            + rows("tiny", "profiler", [[(100, 300)], [(200, 600)], [(100, 300)]]))
+    (entry,) = gpu_overhead.summarize(data)
     assert entry["rlscope"] == pytest.approx(1.2)
-    assert entry["rlscope_range"] == pytest.approx((1.2, 1.2))
+    assert entry["rlscope_range"] == pytest.approx((1.2, 1.3))
+    assert entry["rlscope_rounds"] == 3
     assert entry["profiler"] == pytest.approx(3.0)
-    # added time: median(0.2, 0.4, 0.2) = 0.2 for rlscope, median(2, 4, 2) = 2 for the profiler
-    assert entry["profiler_added_over_rlscope"] == pytest.approx(10.0)
+    assert entry["off_us"] == pytest.approx(100)
+    # added time per iteration: median(20, 40, 30) = 30 for rlscope, median(200, 400, 200) = 200
+    assert entry["profiler_added_over_rlscope"] == pytest.approx(200 / 30)
 
 
-def test_a_round_without_its_uninstrumented_run_is_left_out_and_loops_stay_apart() -> None:
-    data = rows("tiny", [(1.0, 1.5, 2.0), (1.0, 1.1, 2.0)]) + rows("jax_loop", [(2.0, 2.2, 4.0)])
-    data = [r for r in data if not (r["loop"] == "tiny" and r["round"] == 1 and r["mode"] == "off")]
+def test_loops_stay_apart_and_no_added_time_ratio_when_rlscope_adds_nothing() -> None:
+    data = rows("tiny", "rlscope", [[(100, 90)]]) + rows("tiny", "profiler", [[(100, 200)]])
+    data += rows("jax_loop", "rlscope", [[(50, 55)]])
     tiny, jax = gpu_overhead.summarize(data)
-    assert (tiny["loop"], tiny["rounds"], tiny["rlscope"]) == ("tiny", 1, pytest.approx(1.5))
-    assert (jax["loop"], jax["rlscope"], jax["profiler"]) == ("jax_loop", pytest.approx(1.1), pytest.approx(2.0))
+    assert (tiny["loop"], jax["loop"]) == ("tiny", "jax_loop")
+    assert "profiler_added_over_rlscope" not in tiny
+    assert jax["rlscope"] == pytest.approx(1.1) and "profiler" not in jax
 
 
-def test_no_added_time_ratio_when_rlscope_adds_nothing() -> None:
-    (entry,) = gpu_overhead.summarize(rows("tiny", [(1.0, 0.9, 2.0)]))
-    assert "profiler_added_over_rlscope" not in entry
+def test_session_costs_are_medians_and_the_stop_counts_per_iteration_in_the_with_stop_ratio() -> None:
+    ours = gpu_overhead.session_costs([[2e6, 4e6, 1000], [4e6, 6e6, 1000], [3e6, 50e6, 0]])
+    assert ours == pytest.approx({"start_ms": 3.0, "stop_ms": 6.0, "stop_us_per_iteration": 5.0})  # 4 and 6 us
+    theirs = gpu_overhead.session_costs([[1e5, 300e6, 1000]])
+    data = ([row | ours for row in rows("tiny", "rlscope", [[(100, 120)]])]
+            + [row | theirs for row in rows("tiny", "profiler", [[(100, 160)]])])
+    (entry,) = gpu_overhead.summarize(data)
+    assert entry["rlscope_stop_ms"] == pytest.approx(6.0) and entry["profiler_stop_us_per_iteration"] == 300.0
+    assert entry["profiler_added_over_rlscope"] == pytest.approx(60 / 20)
+    assert entry["profiler_added_over_rlscope_with_stop"] == pytest.approx((60 + 300) / (20 + 5))
+    assert gpu_overhead.session_costs([]) == {}
+
+
+def segment(profiled: bool, start_us: float, length_us: float, iterations: int) -> list:
+    return [int(profiled), int(start_us * 1e3), int((start_us + length_us) * 1e3), iterations, "t" if profiled else ""]
+
+
+def test_groups_pair_the_unprofiled_and_profiled_segments_of_each_palindrome_after_the_first() -> None:
+    pattern = (False, True, True, False)
+    # per-iteration times: group 0 (warm-up) 50/10, group 1 10/12 then 11/13, group 2 10/15 twice
+    times = [50, 10, 10, 50, 10, 12, 13, 11, 10, 15, 15, 10]
+    segments = [segment(pattern[i % 4], i * 1000, t * 10, 10) for i, t in enumerate(times)]
+    groups = gpu_overhead.groups_of(segments + [segment(False, 13000, 10, 1)])  # an incomplete group: left out
+    assert groups == [pytest.approx((10.5, 12.5)), pytest.approx((10.0, 15.0))]
+
+
+def test_a_group_out_of_pattern_or_without_iterations_is_left_out() -> None:
+    pattern = (False, True, True, False)
+    segments = [segment(pattern[i % 4], i * 1000, 100, 10) for i in range(12)]
+    segments[5][3] = 0  # group 1: a profiled segment that saw no iteration
+    assert gpu_overhead.groups_of(segments) == [pytest.approx((10.0, 10.0))]
+    assert gpu_overhead.groups_of(segments[1:]) == []  # shifted: no group matches U P P U
 
 
 def test_events_per_step_counts_each_kind_of_a_trace(tmp_path: Path) -> None:
@@ -52,6 +85,6 @@ def test_events_per_step_counts_each_kind_of_a_trace(tmp_path: Path) -> None:
                 pass
             with rlscope.operation("simulation"):
                 pass
-    counts = dict(item.split("=") for item in gpu_overhead.events_per_step(tmp_path / "trace", steps=4).split())
-    assert float(counts["operation"]) == 2.0 and float(counts["step"]) >= 0.75
+    counts = dict(item.split("=") for item in gpu_overhead.events_per_step(tmp_path / "trace").split())
+    assert float(counts["operation"]) == 2.0 and float(counts["step"]) == 1.0
     assert "cuda_api" not in counts

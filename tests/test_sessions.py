@@ -41,6 +41,11 @@ def test_segments_alternate_palindromically_and_leave_out_each_warm_up(tmp_path,
     assert {r[2] - r[1] for r in rows} == {5_000_000} and {r[3] for r in rows} == {5}
     assert [r[4] for r in rows if r[0]] == started[:len([r for r in rows if r[0]])]
     assert all(r[4] == "" for r in rows if not r[0])
+    # every session opened was closed and costed: 1 ms (one clock reading) to open and to close;
+    # a timed one saw its 5 timed iterations and its warm-up
+    sessions = data["sessions"]
+    assert len(sessions) == len(started) and {(s[0], s[1]) for s in sessions} == {(1_000_000, 1_000_000)}
+    assert all(s[2] > 5 for s in sessions[:len([r for r in rows if r[0]])])
 
 
 def test_a_tick_every_few_iterations_counts_them_all(tmp_path, monkeypatch):

@@ -15,7 +15,8 @@ stretch (``warmup_fraction`` of ``segment_ms``, at least one tick) is left out o
 it holds the session's start-up, a one-off that the whole-run checks measure instead.
 
 ``segments.json`` in the output directory lists every timed stretch:
-``[profiled, start_ns, end_ns, iterations, trace directory or ""]``, times on the trace clock.
+``[profiled, start_ns, end_ns, iterations, trace directory or ""]``, times on the trace clock,
+and ``sessions`` every profiled session's ``[ns to open, ns to close, iterations it saw]``.
 """
 
 from __future__ import annotations
@@ -23,6 +24,8 @@ from __future__ import annotations
 import contextlib
 import json
 import time
+from collections.abc import Callable
+from contextlib import AbstractContextManager
 from pathlib import Path
 from typing import Any
 
@@ -44,12 +47,16 @@ class SessionSegments:
     1.5% of a 10 us CartPole iteration), so a fast loop ticks every few dozen iterations. Sessions are
     started and stopped only at iteration boundaries, where the loop has no rlscope operation
     open; a loop that runs inside an operation closes before leaving it, since the last
-    segment's session may still be open and would see the operation end without its start."""
+    segment's session may still be open and would see the operation end without its start.
+
+    ``open_session(trace)`` opens a profiled segment's session (default: ``rlscope.profile(trace,
+    gpu=gpu)``); bench/gpu_overhead.py passes other rlscope layers and the frameworks' profilers."""
 
     PATTERN = (False, True, True, False)
 
     def __init__(self, directory: Path, segment_ms: float = 100.0, warmup_fraction: float = 0.1,
-                 gpu: bool | str | None = None, every: int = 1) -> None:
+                 gpu: bool | str | None = None, every: int = 1,
+                 open_session: Callable[[Path], AbstractContextManager[Any]] | None = None) -> None:
         if segment_ms <= 0 or not 0 <= warmup_fraction < 1 or every < 1:
             raise ValueError(f"segment_ms {segment_ms} must be > 0, warmup_fraction {warmup_fraction} in [0, 1) "
                              f"and every {every} >= 1")
@@ -57,13 +64,18 @@ class SessionSegments:
         self.directory = Path(directory)
         self.segment_ns = int(segment_ms * 1e6)
         self.warmup_ns = int(segment_ms * warmup_fraction * 1e6)
-        self.gpu = gpu
+        self.open_session = open_session or (lambda trace: rlscope.profile(trace, gpu=gpu))
         self.segments: list[list[Any]] = []
         self._index = -1  # segment being run; -1 before the first tick
         self._session: contextlib.ExitStack | None = None
         self._trace = ""
         self._started = self._timed_from = 0
         self._iterations = 0
+        self._ticks = 0  # in the segment running, the one it began with included
+        self._open_ns = 0
+        # Per profiled session: [ns to open it, ns to close it, iterations it saw]: what a session
+        # costs outside the timed stretches (bench/gpu_overhead.py reports it).
+        self.sessions: list[list[int]] = []
         self._closed = False
 
     def __enter__(self) -> SessionSegments:
@@ -77,15 +89,16 @@ class SessionSegments:
         if self._index < 0:
             self._next(now)
             return
+        if self._timed_from and now - self._timed_from >= self.segment_ns:
+            self.segments.append([int(self._profiled()), self._timed_from, now, self._iterations, self._trace])
+            self._next(now)
+            return
+        self._ticks += 1
         if not self._timed_from:  # warming up: at least the iteration the segment began with
             if now - self._started >= self.warmup_ns:
                 self._timed_from, self._iterations = now, self.every
             return
-        if now - self._timed_from < self.segment_ns:
-            self._iterations += self.every
-            return
-        self.segments.append([int(self._profiled()), self._timed_from, now, self._iterations, self._trace])
-        self._next(now)
+        self._iterations += self.every
 
     def close(self) -> None:
         """Stop an open session (its stretch, cut short, is dropped) and write the segments."""
@@ -95,7 +108,8 @@ class SessionSegments:
         self._stop()
         self.directory.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.directory / SEGMENTS_FILE, {"pattern": [int(p) for p in self.PATTERN],
-                                                            "segment_ns": self.segment_ns, "segments": self.segments})
+                                                            "segment_ns": self.segment_ns, "segments": self.segments,
+                                                            "sessions": self.sessions})
 
     def _profiled(self) -> bool:
         return self.PATTERN[self._index % len(self.PATTERN)]
@@ -106,15 +120,19 @@ class SessionSegments:
         self._trace = ""
         if self._profiled():
             trace = self.directory / f"segment-{self._index:05d}"
+            opening = time.perf_counter_ns()
             self._session = contextlib.ExitStack()
-            self._session.enter_context(rlscope.profile(trace, gpu=self.gpu))
+            self._session.enter_context(self.open_session(trace))
             self._trace = trace.name
             now = time.perf_counter_ns()
-        self._started, self._timed_from = now, 0
+            self._open_ns = now - opening
+        self._started, self._timed_from, self._ticks = now, 0, 1
 
     def _stop(self) -> None:
         if self._session is not None:
+            closing = time.perf_counter_ns()
             self._session.close()
+            self.sessions.append([self._open_ns, time.perf_counter_ns() - closing, self._ticks * self.every])
             self._session = None
 
 
