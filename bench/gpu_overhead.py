@@ -71,11 +71,11 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
 }
 MODES = (*RLSCOPE_MODES, "profiler")
 DEFAULT_MODES = ("rlscope", "profiler")
-# Steps per loop (about 9 s uninstrumented on an H100; SB3 about 30 s), the length of a segment
+# Steps per loop (about 9 s uninstrumented on an H100; SB3 about 20 s), the length of a segment
 # (several ticks each: the tiny loop ticks every step, JAX every 8, SB3 once per 64-step
 # rollout) and the loop's tick interval. --steps and --segment-ms override.
-DEFAULT_STEPS = {"tiny": 30_000, "sb3_ppo_cuda": 300_000, "jax_loop": 120_000}
-SEGMENT_MS = {"tiny": 250.0, "sb3_ppo_cuda": 1000.0, "jax_loop": 250.0}
+DEFAULT_STEPS = {"tiny": 30_000, "sb3_ppo_cuda": 200_000, "jax_loop": 120_000}
+SEGMENT_MS = {"tiny": 250.0, "sb3_ppo_cuda": 500.0, "jax_loop": 250.0}
 TICK_EVERY = {"tiny": 1, "sb3_ppo_cuda": 1, "jax_loop": 8}
 
 
