@@ -38,7 +38,8 @@ artifacts: $(STAMP)
 
 # The GPU smoke run (.github/workflows/smoke-gpu.yml, a self-hosted GPU runner): the doctor at full
 # scale, the GPU tests, then every manifest at quick scale with its policy and simulators on the GPU.
-# 477 s on one H100 (docs/results/smoke-gpu.md); its own output directory, so it never replaces the CPU quick runs' results.
+# 477 s on one H100 (docs/results/smoke-gpu.md); its own output directory, so it never replaces the
+# CPU quick runs' results.
 # Runs share the GPU SMOKE_JOBS at a time, across manifests (most of a quick run is its process
 # starting): the smoke shows that everything runs on the GPU; its timings are not for reading. The
 # overhead validation is cut to what shows that each way works: one calibration repetition with one
