@@ -212,3 +212,49 @@ def test_torch_compile_traces_a_grad_mode_block_while_transitions_are_recorded(t
     net.compile()
     with rlscope.profile(tmp_path, transitions=True, gpu=False), torch.no_grad():
         assert net(torch.zeros(3, 4)).shape == (3, 2)
+
+
+def _operations() -> object:
+    from rlscope import _hotpath
+
+    return _hotpath.Operations(lambda name: 0, lambda: None, 1000)
+
+
+def test_cache_modes_say_what_a_classification_depends_on() -> None:
+    import functools
+    import operator
+
+    from rlscope.collect.python import CACHE_CALLABLE, CACHE_FUNCTION_AND_TYPE, CACHE_NOT, CACHE_TYPE, cache_mode
+
+    assert cache_mode(len) == cache_mode(np.cos) == CACHE_CALLABLE  # definitions
+    assert cache_mode(operator.itemgetter(1)) == CACHE_TYPE  # a C instance: all it has is its type's
+    assert cache_mode(_operations().pending) == CACHE_FUNCTION_AND_TYPE  # nanobind's bound method
+    assert cache_mode(functools.partial(print)) == CACHE_NOT  # an instance with a __dict__ of its own
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook sees builtins only")
+def test_callable_instances_and_new_bound_methods_are_classified_once(tmp_path: Path, monkeypatch) -> None:
+    """jaxlib calls callable instances (StrongLRUCache) and nanobind methods bound anew at every
+    call; each call the native cache missed was classified in Python, twice (call and return)."""
+    import collections
+    import operator
+
+    classified: collections.Counter[str] = collections.Counter()
+    original = TransitionCollector._classify_for_native
+
+    def counting(self: TransitionCollector, func: object) -> tuple[int, int, int]:
+        classified[type(func).__name__] += 1
+        return original(self, func)
+
+    monkeypatch.setattr(TransitionCollector, "_classify_for_native", counting)
+    operations, first = _operations(), operator.itemgetter(0)
+    with rlscope.profile(tmp_path, gpu=False, targets={"operator": "backend", "rlscope._hotpath": "simulator"}):
+        for i in range(200):
+            operator.itemgetter(i % 3)((1, 2, 3))  # a new instance each time, as jaxlib's caches are not
+            first((1,))
+            pending = operations.pending  # a bound method made here, as `with` makes __exit__'s
+            pending()
+    recorded = calls(tmp_path)
+    # itemgetter: 200 constructions (the type is called) and 400 calls of instances
+    assert recorded["BACKEND:itemgetter"] == 600 and recorded["SIMULATOR:Operations.pending"] == 200
+    assert classified["itemgetter"] == 1 and classified["nb_bound_method"] == 1

@@ -44,6 +44,8 @@ struct ThreadStack {
 };
 thread_local ThreadStack t_stack;
 uint64_t g_generation = 0;
+const char kTypeKey = 0;  // the owner half of a key by type
+PyObject *g_func_name = nullptr, *g_self_name = nullptr;  // interned "__func__", "__self__"
 
 class Collector {
 public:
@@ -51,6 +53,10 @@ public:
         : classify_(std::move(classify)), disable_(std::move(disable)), on_full_(std::move(on_full)),
           flush_values_(flush_rows * kWidth) {
         generation_ = ++g_generation;  // stacks left by an earlier collector are ignored
+        if (!g_func_name) {
+            g_func_name = PyUnicode_InternFromString("__func__");
+            g_self_name = PyUnicode_InternFromString("__self__");
+        }
         reserve_touched(rows_, flush_values_ + kWidth);
     }
     ~Collector() {
@@ -60,18 +66,11 @@ public:
     Collector(const Collector &) = delete;
     Collector &operator=(const Collector &) = delete;
 
+    // How a classification is reused (rlscope.collect.python.cache_mode).
+    enum CacheMode : int { kNotCached = 0, kByCallable = 1, kByType = 2, kByFunctionAndType = 3 };
+
     Info lookup(PyObject *func) {
-        // A builtin bound to an instance (tensor.argmax on 3.11) is a new object on every call,
-        // but its PyMethodDef is the same static record: key those by the record and what they
-        // are bound to: the instance's type (a record inherited from object, like __reduce_ex__,
-        // serves every type: torch's and set's are not the same target) or the module.
-        const bool builtin = PyCFunction_Check(func);
-        Key key{func, nullptr};
-        if (builtin) {
-            PyObject *self = PyCFunction_GET_SELF(func);
-            PyObject *owner = self == nullptr || PyModule_Check(self) ? self : reinterpret_cast<PyObject *>(Py_TYPE(self));
-            key = Key{reinterpret_cast<PyCFunctionObject *>(func)->m_ml, owner};
-        }
+        Key key = key_of(func);
         auto it = cache_.find(key);
         if (it != cache_.end()) {
             if (it->second.ref == nullptr || alive(it->second.ref, func)) return it->second;
@@ -79,21 +78,24 @@ public:
             cache_.erase(it);
         }
         Info info;
-        bool cacheable = true;
-        nb::object result = classify_(nb::handle(func));  // (category, name id, cacheable) or None
-        if (!result.is_none()) {
-            nb::tuple t = nb::borrow<nb::tuple>(result);
-            info.category = nb::cast<int64_t>(t[0]);
-            info.name = nb::cast<int64_t>(t[1]);
-            cacheable = nb::cast<bool>(t[2]);
-        }
-        if (builtin) {
-            if (key.owner != nullptr) {
-                Py_INCREF(const_cast<PyObject *>(static_cast<const PyObject *>(key.owner)));  // its address stays its own
-                owned_.push_back(const_cast<PyObject *>(static_cast<const PyObject *>(key.owner)));
-            }
+        int mode = kNotCached;
+        nb::tuple result = nb::borrow<nb::tuple>(classify_(nb::handle(func)));  // (category, name id, mode)
+        info.category = nb::cast<int64_t>(result[0]);
+        info.name = nb::cast<int64_t>(result[1]);
+        mode = nb::cast<int>(result[2]);
+        if (info.category == 0 && mode == kNotCached) mode = kByCallable;  // a non-target: remembered weakly
+        if (PyCFunction_Check(func)) {
+            keep(key.owner);  // its address stays its own
             cache_.emplace(key, info);
-        } else if (cacheable) {
+        } else if (mode == kByType || mode == kByFunctionAndType) {
+            PyTypeObject *type = Py_TYPE(func);
+            if (type_modes_.emplace(type, mode).second) keep(type);
+            key = key_of(func);
+            if (key.owner == nullptr) return info;  // a bound method without __func__/__self__ after all
+            keep(key.callable);
+            keep(key.owner);
+            cache_.emplace(key, info);
+        } else if (mode == kByCallable) {
             // A weak reference tells a later callable at the same address from this one, without
             // keeping this one alive: callables of the program must die when the program drops
             // them (TorchDynamo's compilation depends on it). The few that take no weak
@@ -101,12 +103,48 @@ public:
             info.ref = PyWeakref_NewRef(func, nullptr);
             if (info.ref == nullptr) {
                 PyErr_Clear();
-                Py_INCREF(func);
-                owned_.push_back(func);
+                keep(func);
             }
             cache_.emplace(key, info);
         }
         return info;
+    }
+
+    // The cache key of a callable. A builtin bound to an instance (tensor.argmax on 3.11) is a
+    // new object on every call, but its PyMethodDef is the same static record: keyed by the
+    // record and what it is bound to: the instance's type (a record inherited from object, like
+    // __reduce_ex__, serves every type: torch's and set's are not the same target) or the
+    // module. Types the Python side declared classified per type (a callable instance such as
+    // jaxlib's StrongLRUCache) are keyed by the type; bound methods made anew at every call
+    // (nanobind's, all of jaxlib's) by the underlying function and the type of the bound object.
+    // Anything else by the callable itself.
+    Key key_of(PyObject *func) {
+        if (PyCFunction_Check(func)) {
+            PyObject *self = PyCFunction_GET_SELF(func);
+            PyObject *owner = self == nullptr || PyModule_Check(self) ? self : reinterpret_cast<PyObject *>(Py_TYPE(self));
+            return Key{reinterpret_cast<PyCFunctionObject *>(func)->m_ml, owner};
+        }
+        auto mode = type_modes_.find(Py_TYPE(func));
+        if (mode == type_modes_.end()) return Key{func, nullptr};
+        if (mode->second == kByType) return Key{Py_TYPE(func), &kTypeKey};
+        if (PyMethod_Check(func))
+            return Key{PyMethod_GET_FUNCTION(func), Py_TYPE(PyMethod_GET_SELF(func))};
+        PyObject *function = PyObject_GetAttr(func, g_func_name);
+        PyObject *self = function ? PyObject_GetAttr(func, g_self_name) : nullptr;
+        Key key{func, nullptr};
+        if (function && self) key = Key{function, Py_TYPE(self)};  // both outlive the call: cached ones are kept
+        else PyErr_Clear();
+        Py_XDECREF(function);
+        Py_XDECREF(self);
+        return key;
+    }
+
+    // Keep an object alive for the collector's life (what a cache key points to).
+    void keep(const void *object) {
+        if (object == nullptr || object == &kTypeKey) return;
+        PyObject *o = const_cast<PyObject *>(static_cast<const PyObject *>(object));
+        Py_INCREF(o);
+        owned_.push_back(o);
     }
 
     static bool alive(PyObject *ref, PyObject *func) {
@@ -198,6 +236,7 @@ private:
     nb::callable on_full_;
     size_t flush_values_;
     std::unordered_map<Key, Info, KeyHash> cache_;
+    std::unordered_map<PyTypeObject *, int> type_modes_;  // types whose callables are keyed by key_of's rules
     std::vector<PyObject *> owned_;
     std::vector<int64_t> rows_;
     uint64_t generation_;

@@ -147,12 +147,16 @@ class TransitionCollector:
         info = self._cache[key] = self._compute(func)
         return info
 
-    def _classify_for_native(self, func: Any) -> tuple[int, int, bool] | None:
+    def _classify_for_native(self, func: Any) -> tuple[int, int, int]:
+        """(category, name id, cache mode) for the native collector; category 0: not a target.
+        The mode (``cache_mode``) tells it how to reuse the answer, also for a non-target: a
+        call the native cache misses comes here, about a microsecond each way."""
         try:
             info = self._compute(func)
+            mode = cache_mode(func)
         except Exception:  # an odd callable must never break the profiled program
-            return None
-        return None if info is None else (info[0], info[1], _cacheable(func))
+            return 0, 0, CACHE_NOT
+        return (0, 0, mode) if info is None else (info[0], info[1], mode)
 
     def _compute(self, func: Any) -> tuple[int, int] | None:
         if not _is_native(func):
@@ -329,6 +333,29 @@ class TransitionCollector:
             self._impl = None
         self._active = False
         self._stacks.clear()
+
+
+# How the native collector may reuse a callable's classification (csrc/python/transitions.hpp).
+CACHE_NOT, CACHE_CALLABLE, CACHE_TYPE, CACHE_FUNCTION_AND_TYPE = 0, 1, 2, 3
+
+
+def cache_mode(func: Any) -> int:
+    """How a callable's classification can be reused: per callable (a definition,
+    ``_cacheable``); per type, for a callable instance whose attributes all come from its type
+    (no ``__dict__``, no name of its own, not bound: e.g. jaxlib's ``StrongLRUCache``, called
+    for every ``jnp`` operation); per underlying function and type of the bound object, for a
+    bound method made anew at every call (nanobind's ``nb_bound_method``, all of jaxlib's
+    methods); else not at all (``functools.partial`` and other instances with a ``__dict__``).
+    Classification reads only ``__objclass__``, ``__module__``, ``__self__``, ``__qualname__``
+    and ``__name__``, so these keys decide it."""
+    if _cacheable(func):
+        return CACHE_CALLABLE
+    bound = getattr(func, "__self__", None)
+    if bound is not None:
+        return CACHE_FUNCTION_AND_TYPE if hasattr(func, "__func__") else CACHE_NOT
+    if hasattr(func, "__dict__") or hasattr(func, "__name__") or hasattr(func, "__qualname__"):
+        return CACHE_NOT
+    return CACHE_TYPE
 
 
 def _cacheable(func: Any) -> bool:
