@@ -71,12 +71,11 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
 }
 MODES = (*RLSCOPE_MODES, "profiler")
 DEFAULT_MODES = ("rlscope", "profiler")
-# Steps per loop (about 9 s uninstrumented on an H100; SB3 about 20 s), the length of a segment
-# (several ticks each: the tiny loop ticks every step, JAX every 8, SB3 once per 64-step
-# rollout) and the loop's tick interval. --steps and --segment-ms override.
+# Steps per loop (about 9 s uninstrumented on an H100; SB3 about 20 s) and the length of a
+# segment (several ticks each: the tiny loop ticks every step, JAX every 8 (the overhead loops'
+# TICK_EVERY), SB3 once per 64-step rollout). --steps and --segment-ms override.
 DEFAULT_STEPS = {"tiny": 30_000, "sb3_ppo_cuda": 200_000, "jax_loop": 120_000}
 SEGMENT_MS = {"tiny": 250.0, "sb3_ppo_cuda": 500.0, "jax_loop": 250.0}
-TICK_EVERY = {"tiny": 1, "sb3_ppo_cuda": 1, "jax_loop": 8}
 
 
 def _loop(name: str, steps: int, segments: Any = None) -> None:
@@ -133,6 +132,7 @@ def groups_of(segments: list[list[Any]]) -> list[tuple[float, float]]:
 def run_one(name: str, mode: str, steps: int, out: Path, segment_ms: float | None = None) -> dict[str, Any]:
     """Warm up, then run ``steps`` of loop ``name`` in alternating segments, the profiled ones
     in sessions of ``mode``."""
+    from experiments.overhead.loops import TICK_EVERY
     from experiments.overhead.sessions import SessionSegments
 
     if name not in LOOPS or mode not in MODES:
@@ -140,7 +140,7 @@ def run_one(name: str, mode: str, steps: int, out: Path, segment_ms: float | Non
     _loop(name, max(1, steps // 10))
     directory = out / f"{name}_{mode}_{time.time_ns()}"
     segment_ms = segment_ms or SEGMENT_MS[name]
-    with SessionSegments(directory, segment_ms, every=TICK_EVERY[name],
+    with SessionSegments(directory, segment_ms, every=TICK_EVERY.get(name, 1),
                          open_session=session_opener(name, mode)) as segments:
         _loop(name, steps, segments)
     row: dict[str, Any] = {"loop": name, "mode": mode, "steps": steps, "segment_ms": segment_ms,

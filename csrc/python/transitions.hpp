@@ -78,22 +78,22 @@ public:
             cache_.erase(it);
         }
         Info info;
-        int mode = kNotCached;
         nb::tuple result = nb::borrow<nb::tuple>(classify_(nb::handle(func)));  // (category, name id, mode)
         info.category = nb::cast<int64_t>(result[0]);
         info.name = nb::cast<int64_t>(result[1]);
-        mode = nb::cast<int>(result[2]);
+        int mode = nb::cast<int>(result[2]);
         if (info.category == 0 && mode == kNotCached) mode = kByCallable;  // a non-target: remembered weakly
         if (PyCFunction_Check(func)) {
             keep(key.owner);  // its address stays its own
             cache_.emplace(key, info);
         } else if (mode == kByType || mode == kByFunctionAndType) {
-            PyTypeObject *type = Py_TYPE(func);
-            if (type_modes_.emplace(type, mode).second) keep(type);
+            if (type_modes_.emplace(Py_TYPE(func), mode).second) keep(Py_TYPE(func));  // its address stays its own
             key = key_of(func);
             if (key.owner == nullptr) return info;  // a bound method without __func__/__self__ after all
-            keep(key.callable);
-            keep(key.owner);
+            if (mode == kByFunctionAndType) {  // (a key by type holds the type, kept above)
+                keep(key.callable);
+                keep(key.owner);
+            }
             cache_.emplace(key, info);
         } else if (mode == kByCallable) {
             // A weak reference tells a later callable at the same address from this one, without
