@@ -131,6 +131,27 @@ def test_a_run_cut_off_keeps_the_repetitions_it_finished(tmp_path: Path) -> None
     assert frame["repetition"].tolist() == [0, 1, 2] and set(frame["status"]) == {"ok"}
 
 
+def test_a_resumed_run_goes_on_from_the_repetitions_it_finished(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=4, repetitions=3)
+    assert [o.status for o in sweep(path, out).outcomes] == ["timeout"]  # repetitions 0 and 1 finished
+    again = sweep(path, out)  # the same run: its worker's first call is now repetition 2
+    assert [o.status for o in again.outcomes] == ["ok"]
+    assert calls(out, "x-1") == ["1"] * 4  # 3 calls in the first attempt, 1 in the second
+    assert "resumed: 2 of 3 repetitions" in (out / "toy" / "runs" / "x-1" / "log.txt").read_text()
+    frame = pd.read_csv(out / "toy" / "results.csv")
+    assert frame["repetition"].tolist() == [0, 1, 2] and set(frame["status"]) == {"ok"}
+
+
+def test_force_starts_an_unfinished_run_afresh(tmp_path: Path) -> None:
+    out = tmp_path / "out"
+    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=4, repetitions=3)
+    sweep(path, out)
+    forced = sweep(path, out, force=True)  # all three again, so the third hangs again
+    assert [o.status for o in forced.outcomes] == ["timeout"]
+    assert calls(out, "x-1") == ["1"] * 6
+
+
 def test_a_run_failing_in_a_later_repetition_keeps_the_earlier_ones(tmp_path: Path) -> None:
     out = tmp_path / "out"
     summary = sweep(manifest(tmp_path, params="{fail_on_call: 3}", xs="[2]", repetitions=3), out)

@@ -91,6 +91,18 @@ def _asked_the_same(run_dir: Path, config: Mapping[str, Any]) -> bool:
     return all(old.get(k) == config[k] for k in ("workload", "params", "repetitions"))
 
 
+def _finished_repetitions(run_dir: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
+    """The repetitions an earlier, unfinished attempt at this run completed, if it was asked what
+    we would ask it now (none for a complete run, whose files a rerun replaces)."""
+    if (run_dir / "DONE").exists() or not _asked_the_same(run_dir, config):
+        return []
+    saved = read_json(run_dir / "result.json") or read_json(run_dir / PARTIAL_FILE) or {}
+    if saved.get("status", "failed") not in ("failed", "timeout"):
+        return []
+    finished = list(saved.get("repetitions") or [])
+    return finished if len(finished) < config["repetitions"] else []
+
+
 def _is_complete(run_dir: Path, config: Mapping[str, Any]) -> bool:
     """A run is reusable if it finished and was asked exactly what we would ask it now."""
     if not (run_dir / "DONE").exists():
@@ -119,8 +131,9 @@ class _Sweep:
 class _Launcher:
     """Starts run subprocesses of every sweep and remembers them so Ctrl-C can stop them all."""
 
-    def __init__(self, sweeps: list[_Sweep]) -> None:
+    def __init__(self, sweeps: list[_Sweep], force: bool = False) -> None:
         self.sweeps = sweeps
+        self.force = force  # start every run afresh, not from the repetitions an earlier attempt finished
         self._live: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -145,12 +158,21 @@ class _Launcher:
         return self.sweeps[run.sweep].manifest
 
     def prepare(self, run: _Run) -> tuple[Path, dict[str, Any]]:
-        """The run's directory, cleared of a previous attempt's outcome, with its config.json."""
+        """The run's directory, cleared of a previous attempt's outcome, with its config.json.
+
+        An earlier attempt that was asked the same and stopped part-way (interrupted, timed out,
+        failed in a later repetition) hands on the repetitions it finished, as the config's
+        ``finished_repetitions``: the worker goes on from there, so a long run cut off by Ctrl-C
+        or a machine's time limit loses only the repetition it was in (``--force`` starts afresh).
+        """
         run_dir = self._run_dir(run)
         run_dir.mkdir(parents=True, exist_ok=True)
+        config = _config(self._manifest(run), run.point)
+        finished = [] if self.force else _finished_repetitions(run_dir, config)
         for stale in ("DONE", "result.json", PARTIAL_FILE):
             (run_dir / stale).unlink(missing_ok=True)
-        config = _config(self._manifest(run), run.point)
+        if finished:
+            config["finished_repetitions"] = finished
         write_json_atomic(run_dir / "config.json", config)
         return run_dir, config
 
@@ -292,7 +314,7 @@ def run_sweeps(
     for index in range(len(sweeps)):
         if len(outcomes[index]) == totals[index]:
             finish(index)
-    launcher = _Launcher(sweeps)
+    launcher = _Launcher(sweeps, force)
     executor = executor or LocalExecutor()
     several = len(sweeps) > 1
     bar = tqdm(total=sum(totals), initial=sum(map(len, outcomes)), unit="run", dynamic_ncols=True,

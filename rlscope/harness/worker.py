@@ -1,6 +1,7 @@
 """The process that executes one run: ``python -m rlscope.harness.worker RUN_DIR``.
 
-It reads ``config.json``, imports the workload, calls it once per repetition and writes
+It reads ``config.json``, imports the workload, calls it once per repetition (from after the
+``finished_repetitions`` an interrupted earlier attempt handed on, if any) and writes
 ``result.json`` atomically. The runner, not the worker, writes ``DONE`` after checking the exit
 status, so a run killed at any point never looks complete. After every repetition but the last,
 the worker also saves those finished so far to ``partial.json`` (removed once ``result.json``
@@ -68,8 +69,11 @@ def _run(run_dir: Path) -> int:
         print(f"error: {run_dir}/config.json is missing or corrupt", file=sys.stderr)
         return 2
     func = resolve_workload(config["workload"])
-    rows: list[dict[str, Any]] = []
-    for repetition in range(config["repetitions"]):
+    rows: list[dict[str, Any]] = list(config.get("finished_repetitions") or [])
+    if rows:
+        print(f"resumed: {len(rows)} of {config['repetitions']} repetitions finished by an earlier attempt",
+              flush=True)
+    for repetition in range(len(rows), config["repetitions"]):
         started = time.time()
         try:
             metrics = dict(func(**config["params"]))
