@@ -167,3 +167,12 @@ def test_knobs_are_validated() -> None:
     with pytest.raises(ValueError, match="state_factor"):
         make_backend("torch", 4, state_factor=0)
     assert CARTPOLE.max_episode_steps == 500
+
+
+def test_simulator_complexity_reports_the_device_it_ran_on() -> None:
+    from experiments.datacollection.simulate import simulator_complexity
+
+    result = simulator_complexity(num_envs=8, state_factor=1, fused_steps="1,2", compute_factors="1",
+                                  backend="jax", device="auto", min_seconds=0.0)
+    assert result["device"] in ("cpu", "cuda")
+    assert [row["fused_steps"] for row in result["rows"]] == [1, 2] and result["rows"][0]["fusion_speedup"] == 1.0

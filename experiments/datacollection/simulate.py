@@ -113,6 +113,7 @@ def simulator_complexity(num_envs: int, state_factor: int, fused_steps: list[int
             rows.append({"fused_steps": k, "compute_factor": c, "steps_per_s": result["steps_per_s"],
                          "fusion_speedup": result["steps_per_s"] / base if base else float("nan"),
                          "seconds": result["seconds"]})
+            device = result["device"]  # where it ran ("auto" resolved), as the figure names it
     return {"rows": rows, "device": device}
 
 
