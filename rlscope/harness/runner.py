@@ -92,14 +92,11 @@ def _asked_the_same(run_dir: Path, config: Mapping[str, Any]) -> bool:
 
 
 def _finished_repetitions(run_dir: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
-    """The repetitions an earlier, unfinished attempt at this run completed, if it was asked what
-    we would ask it now (none for a complete run, whose files a rerun replaces)."""
-    if (run_dir / "DONE").exists() or not _asked_the_same(run_dir, config):
+    """The repetitions an earlier, unfinished attempt at this run completed: those results.csv
+    keeps for it (none for a complete run, whose files a rerun replaces)."""
+    if (run_dir / "DONE").exists() or not (run_dir / "result.json").exists():
         return []
-    saved = read_json(run_dir / "result.json") or read_json(run_dir / PARTIAL_FILE) or {}
-    if saved.get("status", "failed") not in ("failed", "timeout"):
-        return []
-    finished = list(saved.get("repetitions") or [])
+    finished = list((_kept_result(run_dir, config) or {}).get("repetitions") or [])
     return finished if len(finished) < config["repetitions"] else []
 
 
