@@ -4,6 +4,7 @@ framework's own profiler, alternating inside each process, several processes (ro
     python bench/gpu_overhead.py compare [--loops tiny sb3_ppo_cuda jax_loop] [--rounds 5] \\
         [--modes rlscope profiler] [--cores 2,3] [--out gpu_overhead.csv] [--work DIR]
     python bench/gpu_overhead.py run LOOP MODE STEPS OUT_DIR      one process, one JSON line
+    python bench/gpu_overhead.py summary CSV [CSV ...]             the summary of compare's CSVs
 
 Loops:
 
@@ -44,6 +45,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import shutil
 import statistics
@@ -180,12 +182,27 @@ def session_costs(sessions: list[list[int]]) -> dict[str, float]:
             "stop_us_per_iteration": statistics.median(s[1] / s[2] for s in seen) / 1e3 if seen else float("nan")}
 
 
+def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
+    """A distribution-free interval for the median of ``values`` (order statistics; the binomial
+    sign-test interval): the run-to-run spread on the lent machines is neither normal nor
+    symmetric, so no mean and standard deviation. None with too few values for ``confidence``."""
+    ordered, n = sorted(values), len(values)
+    below = 0.0  # P(at most k - 1 of n values fall below the true median)
+    for k in range(n // 2 + 1):
+        tail = math.comb(n, k) / 2**n
+        if 2 * (below + tail) > 1 - confidence:
+            return (ordered[k - 1], ordered[n - k]) if k > 0 else None
+        below += tail
+    return None
+
+
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows are groups (loop, mode, round, off_us, on_us, and the round's session costs). Per
     round: the median over its groups of on/off and of on - off. Per loop and mode: the median
     and range over rounds of the ratio, the median uninstrumented time per iteration and
     session costs; per loop, the profiler's added time per iteration over rlscope's while
-    profiling, and with each session's stop per iteration added (medians over rounds)."""
+    profiling, and with each session's stop per iteration added (medians over rounds); with
+    enough rounds, a 95% interval for the median ratio (``median_interval``)."""
     per_round: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     costs: dict[tuple[str, str, int], dict[str, float]] = {}
     for row in rows:
@@ -205,6 +222,8 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry[mode] = statistics.median(ratios)
             entry[f"{mode}_range"] = (min(ratios), max(ratios))
             entry[f"{mode}_rounds"] = len(rounds)
+            if (interval := median_interval(ratios)) is not None:
+                entry[f"{mode}_interval"] = interval
             added[mode] = statistics.median(statistics.median(on - off for off, on in groups) for groups in rounds)
             offs += [statistics.median(off for off, _ in groups) for groups in rounds]
             for cost in ("start_ms", "stop_ms", "stop_us_per_iteration"):
@@ -257,12 +276,20 @@ def compare(args: argparse.Namespace) -> None:
         print(f"stopped after {done_runs} of {total} runs; the summary is of those", flush=True)
     if args.out is not None:
         pd.DataFrame(rows).to_csv(args.out, index=False)
+    print_summary(rows)
+
+
+def print_summary(rows: list[dict[str, Any]]) -> None:
+    """One line per loop: each mode's ratio, range and interval, session costs, added time."""
     for entry in summarize(rows):
         parts = [f"{entry['loop']:13s} (off {entry['off_us']:.0f} us/iteration)"]
         for mode in MODES:
             if mode in entry:
                 low, high = entry[f"{mode}_range"]
-                parts.append(f"{mode} {entry[mode]:.3f}x [{low:.3f}, {high:.3f}] ({entry[f'{mode}_rounds']} rounds)")
+                rounds = f"{entry[f'{mode}_rounds']} rounds"
+                if f"{mode}_interval" in entry:
+                    rounds += ", median's 95% interval [{:.3f}, {:.3f}]".format(*entry[f"{mode}_interval"])
+                parts.append(f"{mode} {entry[mode]:.3f}x [{low:.3f}, {high:.3f}] ({rounds})")
                 if f"{mode}_stop_ms" in entry:
                     parts.append(f"{mode} session start {entry[f'{mode}_start_ms']:.1f} ms, stop "
                                  f"{entry[f'{mode}_stop_ms']:.1f} ms ({entry[f'{mode}_stop_us_per_iteration']:.1f} "
@@ -272,6 +299,25 @@ def compare(args: argparse.Namespace) -> None:
         if "profiler_added_over_rlscope_with_stop" in entry:
             parts.append(f"{entry['profiler_added_over_rlscope_with_stop']:.1f}x with each session's stop")
         print("; ".join(parts), flush=True)
+
+
+def summary(paths: list[Path]) -> None:
+    """The summary of CSVs that ``compare --out`` wrote, together: each file's rounds count as
+    rounds of their own, so the rounds of several runs of ``compare`` (several commands on one
+    machine, each under a time limit) add up."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        if not path.is_file():
+            raise SystemExit(f"{path}: no such file; give CSVs written by 'compare --out'")
+        frame = pd.read_csv(path)
+        missing = {"loop", "mode", "round", "off_us", "on_us"} - set(frame.columns)
+        if missing:
+            raise SystemExit(f"{path}: not a 'compare --out' CSV (no {', '.join(sorted(missing))} column)")
+        offset = 1 + max((row["round"] for row in rows), default=-1)
+        rows += [row | {"round": row["round"] + offset} for row in frame.to_dict("records")]
+    print_summary(rows)
 
 
 def main() -> None:
@@ -293,7 +339,12 @@ def main() -> None:
     many.add_argument("--timeout", type=float, default=600.0, help="seconds one process may take")
     many.add_argument("--out", type=Path, default=None, help="CSV of every group's times per iteration")
     many.add_argument("--work", type=Path, default=Path("/tmp/rlscope_gpu_overhead"), help="traces go here")
+    again = commands.add_parser("summary", help="the summary of CSVs written by compare --out, together")
+    again.add_argument("csv", nargs="+", type=Path)
     args = parser.parse_args()
+    if args.command == "summary":
+        summary(args.csv)
+        return
     if args.command == "run":
         if args.segment_ms is not None and args.segment_ms <= 0:
             parser.error(f"--segment-ms {args.segment_ms:g}: must be positive, e.g. 250")

@@ -88,3 +88,31 @@ def test_events_per_step_counts_each_kind_of_a_trace(tmp_path: Path) -> None:
     counts = dict(item.split("=") for item in gpu_overhead.events_per_step(tmp_path / "trace").split())
     assert float(counts["operation"]) == 2.0 and float(counts["step"]) == 1.0
     assert "cuda_api" not in counts
+
+
+def test_the_median_interval_comes_from_order_statistics_and_needs_six_rounds() -> None:
+    assert gpu_overhead.median_interval([1.1, 1.2, 1.3, 1.4, 1.5]) is None
+    # six values: P(all on one side) = 2/64 < 5%, so the extremes bound the median
+    assert gpu_overhead.median_interval([1.6, 1.1, 1.3, 1.2, 1.5, 1.4]) == (1.1, 1.6)
+    # 33 values: the 11th and 23rd smallest (sign test, 96.5% coverage)
+    assert gpu_overhead.median_interval([float(v) for v in range(33, 0, -1)]) == (11.0, 23.0)
+
+
+def test_summary_of_several_csvs_counts_each_files_rounds_apart(tmp_path: Path, capsys) -> None:
+    import pandas as pd
+
+    first, second = tmp_path / "a.csv", tmp_path / "b.csv"
+    pd.DataFrame(rows("sb3_ppo_cuda", "rlscope", [[(100, 110)], [(100, 120)], [(100, 130)]])).to_csv(first)
+    pd.DataFrame(rows("sb3_ppo_cuda", "rlscope", [[(100, 140)], [(100, 150)], [(100, 160)]])).to_csv(second)
+    gpu_overhead.summary([first, second])
+    line = capsys.readouterr().out
+    assert "rlscope 1.350x [1.100, 1.600] (6 rounds, median's 95% interval [1.100, 1.600])" in line
+
+
+def test_summary_names_a_file_that_is_not_a_compare_csv(tmp_path: Path) -> None:
+    other = tmp_path / "other.csv"
+    other.write_text("loop,mode\ntiny,rlscope\n")
+    with pytest.raises(SystemExit, match="other.csv: not a 'compare --out' CSV"):
+        gpu_overhead.summary([other])
+    with pytest.raises(SystemExit, match="missing.csv: no such file"):
+        gpu_overhead.summary([tmp_path / "missing.csv"])
