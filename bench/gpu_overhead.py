@@ -45,7 +45,6 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
 import shutil
 import statistics
@@ -182,27 +181,16 @@ def session_costs(sessions: list[list[int]]) -> dict[str, float]:
             "stop_us_per_iteration": statistics.median(s[1] / s[2] for s in seen) / 1e3 if seen else float("nan")}
 
 
-def median_interval(values: list[float], confidence: float = 0.95) -> tuple[float, float] | None:
-    """A distribution-free interval for the median of ``values`` (order statistics; the binomial
-    sign-test interval): the run-to-run spread on the lent machines is neither normal nor
-    symmetric, so no mean and standard deviation. None with too few values for ``confidence``."""
-    ordered, n = sorted(values), len(values)
-    below = 0.0  # P(at most k - 1 of n values fall below the true median)
-    for k in range(n // 2 + 1):
-        tail = math.comb(n, k) / 2**n
-        if 2 * (below + tail) > 1 - confidence:
-            return (ordered[k - 1], ordered[n - k]) if k > 0 else None
-        below += tail
-    return None
-
-
 def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Rows are groups (loop, mode, round, off_us, on_us, and the round's session costs). Per
     round: the median over its groups of on/off and of on - off. Per loop and mode: the median
     and range over rounds of the ratio, the median uninstrumented time per iteration and
     session costs; per loop, the profiler's added time per iteration over rlscope's while
     profiling, and with each session's stop per iteration added (medians over rounds); with
-    enough rounds, a 95% interval for the median ratio (``median_interval``)."""
+    6 rounds or more, the median ratio's distribution-free 95% interval (``median_interval95``:
+    the spread between processes on the lent machines is neither normal nor symmetric)."""
+    from rlscope.calibrate.stats import median_interval95
+
     per_round: dict[tuple[str, str, int], list[tuple[float, float]]] = {}
     costs: dict[tuple[str, str, int], dict[str, float]] = {}
     for row in rows:
@@ -222,7 +210,7 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
             entry[mode] = statistics.median(ratios)
             entry[f"{mode}_range"] = (min(ratios), max(ratios))
             entry[f"{mode}_rounds"] = len(rounds)
-            if (interval := median_interval(ratios)) is not None:
+            if (interval := median_interval95(ratios)) is not None:
                 entry[f"{mode}_interval"] = interval
             added[mode] = statistics.median(statistics.median(on - off for off, on in groups) for groups in rounds)
             offs += [statistics.median(off for off, _ in groups) for groups in rounds]

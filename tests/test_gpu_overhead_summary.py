@@ -90,14 +90,6 @@ def test_events_per_step_counts_each_kind_of_a_trace(tmp_path: Path) -> None:
     assert "cuda_api" not in counts
 
 
-def test_the_median_interval_comes_from_order_statistics_and_needs_six_rounds() -> None:
-    assert gpu_overhead.median_interval([1.1, 1.2, 1.3, 1.4, 1.5]) is None
-    # six values: P(all on one side) = 2/64 < 5%, so the extremes bound the median
-    assert gpu_overhead.median_interval([1.6, 1.1, 1.3, 1.2, 1.5, 1.4]) == (1.1, 1.6)
-    # 33 values: the 11th and 23rd smallest (sign test, 96.5% coverage)
-    assert gpu_overhead.median_interval([float(v) for v in range(33, 0, -1)]) == (11.0, 23.0)
-
-
 def test_summary_of_several_csvs_counts_each_files_rounds_apart(tmp_path: Path, capsys) -> None:
     import pandas as pd
 

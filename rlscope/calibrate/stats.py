@@ -6,7 +6,7 @@ import math
 
 import numpy as np
 
-__all__ = ["mean_ci95", "median_ci95", "joint_half_width"]
+__all__ = ["mean_ci95", "median_ci95", "median_interval95", "joint_half_width"]
 
 # Two-sided 95% quantiles of Student's t for 1..30 degrees of freedom.
 _T975 = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179, 2.160, 2.145,
@@ -22,16 +22,12 @@ def mean_ci95(values: list[float]) -> tuple[float, float | None]:
                                          / math.sqrt(len(values)))
 
 
-def median_ci95(values: list[float]) -> tuple[float, float | None]:
-    """Median and half the width of its distribution-free 95% confidence interval (between the
-    order statistics that binomial tails of 2.5% give; None for fewer than 6 values).
-
-    Why the median: on a shared machine a window now and then loses milliseconds to another
-    process, and such outliers set the mean of a few hundred blocks off by more than the cost's
-    own spread; the median ignores them."""
+def median_interval95(values: list[float]) -> tuple[float, float] | None:
+    """The distribution-free 95% confidence interval of the median: the order statistics that
+    binomial tails of 2.5% give (the sign test's interval), so no assumption of a normal or
+    symmetric spread. None for fewer than 6 values, where no such interval exists."""
     ordered = np.sort(np.asarray(values, dtype=np.float64))
     n = len(ordered)
-    median = float(np.median(ordered))
     # k: how many order statistics each side lie outside the interval, the largest with
     # P(Binomial(n, 1/2) < k) <= 2.5%; in integers (40 * count <= 2**n), exact for any n.
     k, count = 0, 0
@@ -39,8 +35,20 @@ def median_ci95(values: list[float]) -> tuple[float, float | None]:
         count += math.comb(n, k)
         k += 1
     if k == 0:
-        return median, None
-    return median, float(ordered[n - k] - ordered[k - 1]) / 2
+        return None
+    return float(ordered[k - 1]), float(ordered[n - k])
+
+
+def median_ci95(values: list[float]) -> tuple[float, float | None]:
+    """Median and half the width of its distribution-free 95% confidence interval
+    (``median_interval95``; None for fewer than 6 values).
+
+    Why the median: on a shared machine a window now and then loses milliseconds to another
+    process, and such outliers set the mean of a few hundred blocks off by more than the cost's
+    own spread; the median ignores them."""
+    median = float(np.median(values))
+    interval = median_interval95(values)
+    return median, None if interval is None else (interval[1] - interval[0]) / 2
 
 
 def joint_half_width(weighted: dict[str, float], correlation: dict[str, dict[str, float]]) -> float:
