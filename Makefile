@@ -4,24 +4,44 @@ PYTHON ?= python3
 # version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
 TORCH ?= torch==2.13.0
 EXTRAS ?= rl,jax,sims,dist,dev
-# The environment make installs into and runs from; the container sets VENV=/opt/venv, the image's.
+# The environment make installs into and runs from: the one variable for it (experiments/*.sh and the
+# container read it too; the image sets VENV=/opt/venv).
 VENV ?= .venv
 PY := $(VENV)/bin/python
 RLSCOPE := $(VENV)/bin/rlscope
-comma := ,
-STAMP := $(VENV)/.installed-$(subst $(comma),-,$(EXTRAS))
 MANIFESTS := $(sort $(wildcard configs/*.yaml))
 JOBS ?= 1
 
-.PHONY: install test artifacts-quick artifacts smoke-gpu clean
+# Installs are keyed by the content they are made from, not by timestamps: a checkout mounted into
+# the container has other timestamps than the copy the image was built from, and must not trigger a
+# reinstall when its content is the same. Dependencies (pyproject.toml, TORCH, EXTRAS) and rlscope
+# itself (its native code too) are two steps, so the image caches the first as its own layer.
+hash = $(shell cat $(1) | sha256sum | cut -c1-16)
+DEPS_KEY := $(call hash,pyproject.toml) $(shell printf '%s' '$(TORCH) $(EXTRAS)' | sha256sum | cut -c1-8)
+DEPS_STAMP := $(VENV)/.deps-$(subst $(eval) ,-,$(DEPS_KEY))
+STAMP := $(VENV)/.installed-$(call hash,$(wildcard pyproject.toml CMakeLists.txt) $(sort $(shell find csrc -type f 2>/dev/null)))
+# pyproject.toml's requirements for EXTRAS, its build requirements included (rlscope is then built
+# without pip's build isolation, against the venv's own nanobind and scikit-build-core).
+REQUIREMENTS := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb")); \
+  extras = p["project"]["optional-dependencies"]; \
+  print(*p["build-system"]["requires"], *p["project"]["dependencies"], \
+        *(r for e in sys.argv[1].split(",") if e for r in extras[e]), sep="\n")
+
+.PHONY: install deps test artifacts-quick artifacts smoke-gpu container-test clean
 
 install: $(STAMP)
+deps: $(DEPS_STAMP)
 
-$(STAMP): pyproject.toml CMakeLists.txt $(shell find csrc -type f 2>/dev/null)
+$(DEPS_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet $(TORCH)
-	$(PY) -m pip install --quiet -e '.[$(EXTRAS)]'
-	touch $@
+	$(PY) -c '$(REQUIREMENTS)' '$(EXTRAS)' > $(VENV)/requirements.txt
+	$(PY) -m pip install --quiet -r $(VENV)/requirements.txt
+	rm -f $(VENV)/.deps-* && touch $@
+
+$(STAMP): $(DEPS_STAMP)
+	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
+	rm -f $(VENV)/.installed-* && touch $@
 
 test: $(STAMP)
 	$(PY) -m pytest
@@ -59,6 +79,14 @@ smoke-gpu: $(STAMP)
 	XLA_PYTHON_CLIENT_PREALLOCATE=false $(RLSCOPE) run $(SMOKE_FIRST) $(filter-out $(SMOKE_FIRST),$(MANIFESTS)) \
 	  --scale quick $(SMOKE_SET) --output $(SMOKE_OUTPUT) --jobs $(SMOKE_JOBS); \
 	status=$$?; $(RLSCOPE) report $(SMOKE_OUTPUT); exit $$status
+
+# The container built and used on a real Docker engine, as a non-root user through run_docker.py:
+# the CPU image's builds, the whole test suite, one experiment and the report inside it
+# (dockerfiles/container_test.py; it installs and starts Docker where none is reachable, as root).
+# CI runs it with --if-changed: only when what the image is made from changed since the recorded run.
+CONTAINER_TEST_ARGS ?=
+container-test:
+	$(PYTHON) dockerfiles/container_test.py $(CONTAINER_TEST_ARGS)
 
 clean:
 	rm -rf build $(VENV) output/*/ .pytest_cache
