@@ -16,9 +16,9 @@ JOBS ?= 1
 # the container has other timestamps than the copy the image was built from, and must not trigger a
 # reinstall when its content is the same. Dependencies (pyproject.toml, TORCH, EXTRAS) and rlscope
 # itself (its native code too) are two steps, so the image caches the first as its own layer.
-hash = $(shell cat $(1) | sha256sum | cut -c1-16)
-DEPS_KEY := $(call hash,pyproject.toml) $(shell printf '%s' '$(TORCH) $(EXTRAS)' | sha256sum | cut -c1-8)
-DEPS_STAMP := $(VENV)/.deps-$(subst $(eval) ,-,$(DEPS_KEY))
+# A key is a hash of the files' names and contents (and of TORCH and EXTRAS for the dependencies).
+hash = $(shell sha256sum $(1) | sha256sum | cut -c1-16)
+DEPS_STAMP := $(VENV)/.deps-$(call hash,pyproject.toml)-$(shell printf '%s' '$(TORCH) $(EXTRAS)' | sha256sum | cut -c1-8)
 STAMP := $(VENV)/.installed-$(call hash,$(wildcard pyproject.toml CMakeLists.txt) $(sort $(shell find csrc -type f 2>/dev/null)))
 # pyproject.toml's requirements for EXTRAS, its build requirements included (rlscope is then built
 # without pip's build isolation, against the venv's own nanobind and scikit-build-core).
@@ -34,7 +34,7 @@ deps: $(DEPS_STAMP)
 
 $(DEPS_STAMP):
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
-	$(PY) -m pip install --quiet $(TORCH)
+	$(PY) -m pip install --quiet $(foreach word,$(TORCH),'$(word)')
 	$(PY) -c '$(REQUIREMENTS)' '$(EXTRAS)' > $(VENV)/requirements.txt
 	$(PY) -m pip install --quiet -r $(VENV)/requirements.txt
 	rm -f $(VENV)/.deps-* && touch $@
