@@ -1,0 +1,487 @@
+#!/usr/bin/env python3
+"""`make container-test`: build the CPU image on a real Docker engine and use it as a user would.
+
+What it does, each step timed and checked:
+
+1. Finds a Docker engine, or installs Debian's ``docker.io`` and starts ``dockerd`` on a private
+   socket, data root and exec root in a temporary directory (stopped and removed at the end).
+2. Finds a base image: ``--base``, an earlier local one, ``debian:trixie`` from a registry, or one
+   made here with ``debootstrap`` and ``docker import``.
+3. Copies this working tree (tracked files and untracked ones git does not ignore) to a temporary
+   checkout owned by a non-root uid, and runs everything below as that uid, through
+   ``python run_docker.py`` from a venv made of ``requirements.deploy.txt``, as a user would.
+4. Builds the CPU image (cold: the engine's build cache empty when this script started it), then
+   again after a Python-only change (warm rebuild), and records the image's size.
+5. Inside the container: the Python version against ``requires-python``, the whole test suite
+   (``make test``), one experiment script at quick scale, and ``rlscope report``.
+6. On the host: the figures and the report are there, and every file the container wrote belongs
+   to the uid that ran it.
+
+``--gpu-image`` also builds the GPU image (pip's CUDA wheels provide the CUDA headers where the
+base has no toolkit) and checks that ``_cupti`` compiled and every GPU extra imports.
+``--artifacts`` times ``make artifacts-quick`` on the host and in the container, one after the
+other on the same machine. ``--record`` writes the measurements to ``docs/results/container.json``
+and regenerates ``docs/results/container.md`` from it. ``--if-changed`` (CI) skips everything when
+nothing the image is made from changed since the recorded, passing run.
+
+Needs root where it must install or start Docker, or switch to another uid; Python 3.11+, stdlib only.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import datetime
+import json
+import os
+import platform
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import tomllib
+from collections.abc import Iterator
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+RESULTS_JSON = REPO / "docs" / "results" / "container.json"
+RESULTS_MD = REPO / "docs" / "results" / "container.md"
+OUTPUT = REPO / "output" / "container-test"
+# What the image is made from and how it is used: a change here makes --if-changed run the test.
+INPUTS = ["dockerfiles", ".dockerignore", "run_docker.py", "requirements.deploy.txt", "Makefile", "pyproject.toml",
+          "CMakeLists.txt", "csrc", "experiments/run_manifest.sh", "experiments/experiment_*.sh"]
+LOCAL_BASE = "rlscope-base:trixie"
+REGISTRY_BASE = "debian:trixie"
+EXPERIMENT = "kernel_fusion"
+GPU_IMPORTS = ("import rlscope._cupti, cupy, jax, brax, pynvml, torch; "
+               "print('_cupti', rlscope._cupti.__file__); print('jax', jax.__version__, 'torch', torch.__version__)")
+
+
+class Failed(Exception):
+    """A step that did not do what it must; the message says which and why."""
+
+
+def log(message: str) -> None:
+    print(f"[container-test {time.strftime('%H:%M:%S')}] {message}", flush=True)
+
+
+def sh(line: list[str], timeout: float = 600, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
+    done = subprocess.run(line, capture_output=True, text=True, timeout=timeout, **kwargs)
+    if check and done.returncode != 0:
+        raise Failed(f"`{' '.join(line)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-800:]}")
+    return done
+
+
+def apt_install(*packages: str) -> None:
+    if os.geteuid() != 0:
+        raise Failed(f"{', '.join(packages)} missing and this is not root: install them (apt-get install -y "
+                     f"{' '.join(packages)}) or run as root")
+    log(f"installing {' '.join(packages)} with apt")
+    sh(["apt-get", "update", "-qq"], timeout=900)
+    sh(["apt-get", "install", "-y", "-qq", *packages], timeout=1800,
+       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
+
+
+def buildkit_cli() -> str:
+    """A docker CLI that can build with BuildKit (buildx, or a CLI older than 23, which has it built
+    in); empty when there is none."""
+    candidates = [c for c in (os.environ.get("RLSCOPE_DOCKER"), shutil.which("docker"), "/usr/bin/docker") if c]
+    for cli in dict.fromkeys(candidates):
+        if not Path(cli).exists():
+            continue
+        if sh([cli, "buildx", "version"], check=False).returncode == 0:
+            return cli
+        version = sh([cli, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
+        if re.match(r"(1\d|2[0-2])\.", version):
+            return cli
+    return ""
+
+
+def docker_cli() -> str:
+    """A BuildKit-capable docker CLI, installing Debian's docker.io (and docker-buildx where the
+    distribution ships BuildKit apart) when there is none."""
+    cli = buildkit_cli()
+    if not cli:
+        apt_install("docker.io")
+        cli = buildkit_cli()
+    if not cli:
+        apt_install("docker-buildx")
+        cli = buildkit_cli()
+    if not cli:
+        raise Failed("no docker CLI here can build with BuildKit, even after installing docker.io and docker-buildx")
+    return cli
+
+
+@contextlib.contextmanager
+def docker_engine(cli: str, data_root: Path | None, uid: int) -> Iterator[tuple[str, bool]]:
+    """``(DOCKER_HOST, started here)``: the engine already reachable, or a private ``dockerd``."""
+    if not data_root and sh([cli, "info"], check=False, timeout=60).returncode == 0:
+        yield os.environ.get("DOCKER_HOST", ""), False
+        return
+    if shutil.which("dockerd") is None:
+        apt_install("docker.io")
+    with tempfile.TemporaryDirectory(prefix="rlscope-dockerd-") as tmp:
+        root = data_root or Path(tmp) / "data"
+        socket = Path(tmp) / "docker.sock"
+        log(f"starting dockerd on {socket} (data root {root})")
+        with open(Path(tmp) / "dockerd.log", "w") as daemon_log:
+            daemon = subprocess.Popen(["dockerd", "--host", f"unix://{socket}", "--data-root", str(root),
+                                       "--exec-root", f"{tmp}/exec", "--pidfile", f"{tmp}/docker.pid",
+                                       "--iptables=false", "--bridge=none"],
+                                      stdout=daemon_log, stderr=subprocess.STDOUT)
+        host = f"unix://{socket}"
+        try:
+            for _ in range(120):
+                if socket.exists() and sh([cli, "-H", host, "info"], check=False).returncode == 0:
+                    break
+                if daemon.poll() is not None:
+                    daemon_output = (Path(tmp) / "dockerd.log").read_text()[-800:]
+                    raise Failed(f"dockerd exited {daemon.returncode}: {daemon_output}")
+                time.sleep(0.5)
+            else:
+                raise Failed("dockerd did not answer within 60 s")
+            os.chown(socket, uid, -1)  # the test's uid uses this private engine, nobody else
+            yield host, data_root is None
+        finally:
+            daemon.terminate()
+            try:
+                daemon.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                daemon.kill()
+            log("dockerd stopped")
+
+
+def base_image(cli: str, wanted: str | None) -> str:
+    """The base image to build on; made with debootstrap when no registry serves one."""
+    if wanted:
+        return wanted
+    for name in (LOCAL_BASE, REGISTRY_BASE):
+        if sh([cli, "image", "inspect", name], check=False).returncode == 0:
+            return name
+    log(f"pulling {REGISTRY_BASE}")
+    try:
+        if sh([cli, "pull", REGISTRY_BASE], check=False, timeout=300).returncode == 0:
+            return REGISTRY_BASE
+    except subprocess.TimeoutExpired:
+        log(f"pulling {REGISTRY_BASE} took over 300 s")
+    if shutil.which("debootstrap") is None:
+        apt_install("debootstrap")
+    log(f"no registry serves {REGISTRY_BASE}: making {LOCAL_BASE} with debootstrap")
+    with tempfile.TemporaryDirectory(prefix="rlscope-base-") as tmp:
+        sh(["debootstrap", "--variant=minbase", "trixie", tmp, "http://deb.debian.org/debian"], timeout=1800)
+        tar = subprocess.Popen(["tar", "-C", tmp, "-c", "."], stdout=subprocess.PIPE)
+        sh([cli, "import", "-", LOCAL_BASE], stdin=tar.stdout, timeout=600)
+        tar.wait()
+    return LOCAL_BASE
+
+
+def copy_checkout(target: Path, uid: int, gid: int) -> None:
+    """This working tree as a user's fresh checkout would have it, owned by ``uid``."""
+    listed = sh(["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"]).stdout
+    for name in filter(None, listed.split("\0")):
+        source = REPO / name
+        if source.is_file():
+            (target / name).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(source, target / name)
+    for path in [target, *target.rglob("*")]:
+        os.chown(path, uid, gid, follow_symlinks=False)
+
+
+class User:
+    """Runs commands as one uid, with its own HOME and a venv of requirements.deploy.txt."""
+
+    def __init__(self, uid: int, gid: int, home: Path, docker_host: str, cli: str) -> None:
+        self.uid, self.gid, self.home = uid, gid, home
+        self.env = {key: value for key, value in os.environ.items() if key in ("PATH", "LANG", "PIP_CERT",
+                    "SSL_CERT_FILE", "REQUESTS_CA_BUNDLE", "TERM", "http_proxy", "https_proxy", "no_proxy",
+                    "HTTP_PROXY", "HTTPS_PROXY", "NO_PROXY")}
+        self.env.update(HOME=str(home), USER="rlscope-test", RLSCOPE_DOCKER=cli, PYTHONUNBUFFERED="1")
+        if docker_host:
+            self.env["DOCKER_HOST"] = docker_host
+        self.python = str(home / "deploy-venv" / "bin" / "python")
+
+    def prefix(self) -> list[str]:
+        """setpriv to the uid, with the engine socket's group where that is how the uid reaches it."""
+        if os.geteuid() == self.uid:
+            return []
+        socket = Path(self.env.get("DOCKER_HOST", "unix:///var/run/docker.sock").removeprefix("unix://"))
+        groups = f"--groups={socket.stat().st_gid}" if socket.exists() and socket.stat().st_uid != self.uid \
+            else "--clear-groups"
+        return ["setpriv", f"--reuid={self.uid}", f"--regid={self.gid}", groups]
+
+    def run(self, line: list[str], cwd: Path, log_path: Path, timeout: float) -> tuple[int, float, str]:
+        """``(exit code, seconds, output)``; the output is also written to ``log_path``."""
+        started = time.perf_counter()
+        with open(log_path, "w") as out:
+            done = subprocess.run([*self.prefix(), *line], cwd=cwd, env=self.env, stdout=out,
+                                  stderr=subprocess.STDOUT, text=True, timeout=timeout)
+        return done.returncode, time.perf_counter() - started, log_path.read_text(errors="replace")
+
+    def make_venv(self, checkout: Path, logs: Path) -> None:
+        """The host side as the README says: a venv, then ``pip install -r requirements.deploy.txt``."""
+        system_python = "/usr/bin/python3" if Path("/usr/bin/python3").exists() else sys.executable
+        for step in ([system_python, "-m", "venv", str(self.home / "deploy-venv")],
+                     [self.python, "-m", "pip", "install", "--quiet", "-r", "requirements.deploy.txt"]):
+            code, _, output = self.run(step, checkout, logs / "deploy-venv.log", 900)
+            if code != 0:
+                raise Failed(f"`{' '.join(step)}` exited {code}: {output[-800:]}")
+
+
+def pytest_summary(output: str) -> str:
+    """pytest's closing line, e.g. ``310 passed, 44 skipped in 458.1s``."""
+    lines = [line.strip("= ") for line in output.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
+    return lines[-1] if lines else ""
+
+
+def requires_python() -> str:
+    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
+
+
+def owned_by_others(root: Path, uid: int) -> list[str]:
+    return [str(path.relative_to(root)) for path in [root, *root.rglob("*")] if path.lstat().st_uid != uid]
+
+
+def image_size(cli: str, docker_host: str, image: str) -> int:
+    env = {**os.environ, **({"DOCKER_HOST": docker_host} if docker_host else {})}
+    return int(sh([cli, "image", "inspect", "--format", "{{.Size}}", image], env=env).stdout.strip())
+
+
+def inputs_unchanged_since(commit: str) -> bool:
+    paths = [str(path.relative_to(REPO)) for pattern in INPUTS for path in REPO.glob(pattern)]
+    done = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", commit, "HEAD", "--", *paths],
+                          capture_output=True)
+    return done.returncode == 0
+
+
+def head_commit() -> str:
+    return sh(["git", "-C", str(REPO), "rev-parse", "HEAD"]).stdout.strip()
+
+
+class Session:
+    """One run of the test: the user, the checkout, the log directory and what was measured."""
+
+    def __init__(self, args: argparse.Namespace, user: User, checkout: Path, base: str, cli: str,
+                 docker_host: str, cold: bool) -> None:
+        self.args, self.user, self.checkout, self.base, self.cli = args, user, checkout, base, cli
+        self.docker_host = docker_host
+        self.results: dict = {"cold_cache": cold, "base": base, "torch": args.torch, "checks": {}}
+        self.failures: list[str] = []
+
+    def docker(self, name: str, options: list[str], timeout: float) -> tuple[int, float, str]:
+        line = [self.user.python, "run_docker.py", "--gpus", "none", "--network", "host", "--base", self.base,
+                "--torch", self.args.torch, *options]
+        log(f"{name}: {' '.join(line[1:])}")
+        code, seconds, output = self.user.run(line, self.checkout, OUTPUT / f"{name}.log", timeout)
+        log(f"{name}: exit {code} in {seconds:.0f} s (log: {OUTPUT.relative_to(REPO)}/{name}.log)")
+        return code, seconds, output
+
+    def check(self, name: str, ok: bool, detail: str) -> None:
+        self.results["checks"][name] = {"ok": ok, "detail": detail}
+        if not ok:
+            self.failures.append(f"{name}: {detail}")
+            log(f"FAILED {name}: {detail}")
+
+    def build_cpu(self) -> None:
+        code, seconds, output = self.docker("build-cold", ["--variant", "cpu", "--build-only"], 3600)
+        if code != 0:
+            raise Failed(f"the CPU image did not build: {output[-1500:]}")
+        self.results["cold_build_s"] = round(seconds, 1)
+        init = self.checkout / "rlscope" / "__init__.py"
+        init.write_text(init.read_text() + "\n# container-test: a Python-only change, for the warm rebuild\n")
+        code, seconds, output = self.docker("build-warm", ["--variant", "cpu", "--build-only"], 1800)
+        if code != 0:
+            raise Failed(f"the CPU image did not rebuild: {output[-1500:]}")
+        self.results["warm_rebuild_s"] = round(seconds, 1)
+        self.results["cpu_image_bytes"] = image_size(self.cli, self.docker_host, "rlscope:cpu")
+
+    def inside(self, name: str, command: list[str], timeout: float, variant: str = "cpu") -> tuple[int, float, str]:
+        return self.docker(name, ["--variant", variant, "--no-build", "--", *command], timeout)
+
+    def use_cpu_image(self) -> None:
+        for path in self.checkout.rglob("*"):
+            os.utime(path, follow_symlinks=False)  # every timestamp newer than the image's
+        code, _, output = self.inside("no-reinstall", ["true"], 600)
+        self.check("new timestamps, same content: the entrypoint's make install does nothing",
+                   code == 0 and "Nothing to be done for 'install'" in output, output.strip()[-300:])
+        version_check = ("import sys, tomllib; from packaging.specifiers import SpecifierSet; "
+                         "need = tomllib.load(open('pyproject.toml', 'rb'))['project']['requires-python']; "
+                         "v = '.'.join(map(str, sys.version_info[:3])); print(v, need, v in SpecifierSet(need))")
+        code, _, output = self.inside("python-version", ["python", "-c", version_check], 600)
+        words = output.strip().splitlines()[-1].split() if output.strip() else []
+        self.results["container_python"] = words[0] if words else "?"
+        self.check("python satisfies requires-python", code == 0 and words[-1:] == ["True"], output.strip()[-300:])
+        code, seconds, output = self.inside("make-test", ["make", "test"], 3600)
+        summary = pytest_summary(output)
+        self.results["make_test"] = {"exit": code, "seconds": round(seconds, 1), "summary": summary}
+        self.check("make test passes in the container", code == 0 and "failed" not in summary, summary or output[-500:])
+        script = f"experiments/experiment_{EXPERIMENT}.sh"
+        code, seconds, output = self.inside("experiment", [script, "quick"], 1800)
+        self.results["experiment"] = {"script": script, "exit": code, "seconds": round(seconds, 1)}
+        self.check(f"{script} quick runs in the container", code == 0, output[-500:])
+        code, _, output = self.inside("report", ["rlscope", "report", "output"], 600)
+        self.check("rlscope report runs in the container", code == 0, output[-500:])
+        figures = sorted((self.checkout / "output" / "artifacts" / f"experiment_{EXPERIMENT}").glob("*.pdf"))
+        self.check("figures are on the host", bool(figures), ", ".join(f.name for f in figures) or "no PDF")
+        self.check("the report is on the host", (self.checkout / "output" / "report.html").is_file(),
+                   "output/report.html")
+        others = owned_by_others(self.checkout, self.user.uid)
+        self.check(f"everything in the checkout belongs to uid {self.user.uid}", not others,
+                   f"{len(others)} paths owned by another uid: {others[:5]}")
+
+    def gpu_image(self) -> None:
+        code, seconds, output = self.docker("build-gpu", ["--variant", "gpu", "--build-only"], 3600)
+        self.check("the GPU image builds", code == 0, output[-500:])
+        if code != 0:
+            return
+        self.results["gpu_build_s"] = round(seconds, 1)
+        self.results["gpu_image_bytes"] = image_size(self.cli, self.docker_host, "rlscope:gpu")
+        code, _, output = self.inside("gpu-imports", ["python", "-c", GPU_IMPORTS], 600, "gpu")
+        self.check("_cupti compiled and every GPU extra imports", code == 0, output.strip()[-400:])
+        code, _, output = self.inside("gpu-doctor", ["rlscope", "doctor", "--scale", "full"], 600, "gpu")
+        clean = "Traceback" not in output and code != 0 and re.search(r"\bGPU\b", output) is not None
+        self.results["gpu_doctor"] = [line for line in output.splitlines() if "GPU" in line][:3]
+        self.check("without a GPU, rlscope doctor says so cleanly", clean, output.strip()[-400:])
+
+    def artifacts(self) -> None:
+        """make artifacts-quick on the host (its own venv, installed first) and in the container."""
+        host_checkout = self.checkout.parent / "host-checkout"
+        copy_checkout(host_checkout, self.user.uid, self.user.gid)
+        log("artifacts: installing the host venv (not timed)")
+        code, _, output = self.user.run(["make", "install"], host_checkout, OUTPUT / "host-install.log", 3600)
+        if code != 0:
+            raise Failed(f"make install on the host failed: {output[-800:]}")
+        log("artifacts: make artifacts-quick on the host")
+        host_code, host_s, _ = self.user.run(["make", "artifacts-quick"], host_checkout,
+                                             OUTPUT / "host-artifacts.log", 7200)
+        code, container_s, _ = self.inside("container-artifacts", ["make", "artifacts-quick"], 7200)
+        self.results["artifacts_quick"] = {"host_s": round(host_s, 1), "container_s": round(container_s, 1),
+                                           "ratio": round(container_s / host_s, 3), "host_exit": host_code,
+                                           "container_exit": code}
+        self.check("make artifacts-quick on the host and in the container", host_code == 0 and code == 0,
+                   f"host exit {host_code}, container exit {code}")
+
+
+def machine() -> str:
+    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
+    return f"{platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, {platform.platform()}"
+
+
+def render(results: dict) -> str:
+    """docs/results/container.md from the recorded measurements (never typed by hand)."""
+    gib = 2**30
+
+    def measured(key: str, form: str) -> str:
+        return form.format(results[key]) if key in results else "not measured (see the checks)"
+
+    cache = "empty build cache" if results["cold_cache"] else "the engine's build cache as it was"
+    rows = [(f"CPU image: first build ({cache})", measured("cold_build_s", "{:.0f} s")),
+            ("CPU image: rebuild after a Python-only change", measured("warm_rebuild_s", "{:.0f} s")),
+            ("CPU image: size", f"{results['cpu_image_bytes'] / gib:.1f} GiB" if "cpu_image_bytes" in results
+             else measured("cpu_image_bytes", ""))]
+    if "gpu_build_s" in results:
+        rows += [("GPU image: build (the CPU image's layers and pip cache warm)", f"{results['gpu_build_s']:.0f} s"),
+                 ("GPU image: size", f"{results['gpu_image_bytes'] / gib:.1f} GiB")]
+    if "make_test" in results:
+        test = results["make_test"]
+        rows.append((f"`make test` in the container (Python {results.get('container_python', '?')})",
+                     f"{test['summary'] or 'exit ' + str(test['exit'])} ({test['seconds']:.0f} s)"))
+    if "experiment" in results:
+        rows.append((f"`{results['experiment']['script']} quick` in the container",
+                     f"exit {results['experiment']['exit']} ({results['experiment']['seconds']:.0f} s)"))
+    if "artifacts_quick" in results:
+        art = results["artifacts_quick"]
+        rows.append(("`make artifacts-quick`: container / host, same machine, one after the other",
+                     f"{art['ratio']:.2f}x ({art['container_s']:.0f} s / {art['host_s']:.0f} s)"))
+    lines = ["# The container, built and used on a real Docker engine", "",
+             "Generated by `python dockerfiles/container_test.py --record` from `container.json` beside this page;",
+             "do not edit by hand.", "",
+             f"- Date: {results['date']}; commit `{results['commit'][:10]}`; command: `{results['command']}`",
+             f"- Machine: {results['machine']}; Docker engine {results['engine']}",
+             f"- Base image: `{results['base']}` (Debian trixie from debootstrap where no registry serves one); "
+             f"torch: `{results['torch']}`", "",
+             "| what | measured |", "| --- | --- |", *[f"| {what} | {value} |" for what, value in rows], "",
+             "Checks (all run as a non-root uid through `python run_docker.py`):", "",
+             *[f"- {'pass' if check['ok'] else 'FAIL'}: {name}" for name, check in results["checks"].items()]]
+    if results.get("gpu_doctor"):
+        lines += ["", "`rlscope doctor` in the GPU image, on this machine without a GPU:", "", "```text",
+                  *results["gpu_doctor"], "```"]
+    return "\n".join(lines) + "\n"
+
+
+def parse(argv: list[str] | None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--base", help=f"base image (default: {LOCAL_BASE} or {REGISTRY_BASE}, made if missing)")
+    parser.add_argument("--torch", default="torch==2.13.0",
+                        help="torch requirement for the images (default: PyPI's, reachable wherever PyPI is)")
+    parser.add_argument("--uid", type=int, default=4321, help="the non-root uid the test runs as (when root)")
+    parser.add_argument("--data-root", type=Path, help="start a private dockerd with this data root, kept afterwards")
+    parser.add_argument("--gpu-image", action="store_true", help="also build and check the GPU image")
+    parser.add_argument("--artifacts", action="store_true", help="also time make artifacts-quick, host vs container")
+    parser.add_argument("--record", action="store_true", help="write docs/results/container.{json,md}")
+    parser.add_argument("--if-changed", action="store_true",
+                        help="skip when the image's inputs are unchanged since the recorded passing run")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse(argv)
+    if args.if_changed and RESULTS_JSON.exists():
+        recorded = json.loads(RESULTS_JSON.read_text())
+        passed = all(check["ok"] for check in recorded["checks"].values())
+        if passed and inputs_unchanged_since(recorded["commit"]):
+            log(f"nothing the image is made from changed since {recorded['commit'][:10]}, where this test "
+                f"passed ({RESULTS_JSON.relative_to(REPO)}): skipped")
+            return 0
+    OUTPUT.mkdir(parents=True, exist_ok=True)
+    started = time.perf_counter()
+    session: Session | None = None
+    engine = "?"
+    try:
+        cli = docker_cli()
+        uid = os.geteuid() if os.geteuid() != 0 else args.uid
+        gid = os.getegid() if os.geteuid() != 0 else args.uid
+        with docker_engine(cli, args.data_root, uid) as (docker_host, cold), \
+                tempfile.TemporaryDirectory(prefix="rlscope-container-test-") as tmp:
+            if docker_host:
+                os.environ["DOCKER_HOST"] = docker_host
+            engine = sh([cli, "version", "--format", "{{.Server.Version}}"]).stdout.strip()
+            base = base_image(cli, args.base)
+            Path(tmp).chmod(0o755)
+            home, checkout = Path(tmp) / "home", Path(tmp) / "checkout"
+            home.mkdir()
+            checkout.mkdir()
+            copy_checkout(checkout, uid, gid)
+            os.chown(home, uid, gid)
+            user = User(uid, gid, home, docker_host, cli)
+            user.make_venv(checkout, OUTPUT)
+            session = Session(args, user, checkout, base, cli, docker_host, cold)
+            session.build_cpu()
+            session.use_cpu_image()
+            if args.gpu_image:
+                session.gpu_image()
+            if args.artifacts:
+                session.artifacts()
+    except (Failed, subprocess.TimeoutExpired) as failure:
+        log(f"FAILED: {failure}")
+        if session is None:
+            return 1
+        session.check("every step ran to its end", False, str(failure)[-500:])
+    results = {**session.results, "date": datetime.date.today().isoformat(), "commit": head_commit(),
+               "machine": machine(), "engine": engine, "seconds": round(time.perf_counter() - started),
+               "command": " ".join(["python dockerfiles/container_test.py", *(sys.argv[1:] if argv is None else argv)])}
+    (OUTPUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
+    if args.record:
+        RESULTS_JSON.write_text(json.dumps(results, indent=2) + "\n")
+        RESULTS_MD.write_text(render(results))
+        log(f"recorded {RESULTS_JSON.relative_to(REPO)} and {RESULTS_MD.relative_to(REPO)}")
+    log(f"{len(results['checks']) - len(session.failures)} of {len(results['checks'])} checks passed "
+        f"in {results['seconds']} s")
+    for failure in session.failures:
+        log(f"FAILED {failure}")
+    return 1 if session.failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
