@@ -59,8 +59,8 @@ def _native() -> list[Check]:
     rebuild = "reinstall rlscope (`make install`, or `pip install -e .`) with a C++17 compiler and CMake"
     checks = [_module(f"rlscope.{name}", rebuild, label=f"native module {name}")
               for name in ("_hotpath", "_cartpole_cpu")]
-    cupti = _module("rlscope._cupti", "install the CUDA headers (the CUDA toolkit) and reinstall rlscope",
-                    scale="full", label="native module _cupti")
+    cupti = _module("rlscope._cupti", "install the CUDA headers (a CUDA toolkit, or pip's with 'rlscope[gpu]') "
+                    "and reinstall rlscope", scale="full", label="native module _cupti")
     return [*checks, cupti]
 
 

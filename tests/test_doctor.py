@@ -24,7 +24,8 @@ def test_without_a_gpu_quick_is_ready_and_full_names_the_gpu(cli_env):
     full = rlscope_doctor("--scale", "full", env=cli_env)
     assert full.returncode == 1 and "Traceback" not in full.stderr
     assert "FAIL GPU and driver" in full.stdout and "fix: full scale needs an NVIDIA GPU" in full.stdout
-    assert "failed for full scale: GPU and driver" in full.stderr
+    (failed,) = [line for line in full.stderr.splitlines() if "failed for full scale:" in line]
+    assert "GPU and driver" in failed  # and the native module _cupti, where it was built without CUDA headers
 
 
 @pytest.mark.gpu

@@ -35,11 +35,29 @@ def _installed(framework: str) -> bool:
     return True
 
 
+# Python 3.13 only: the profiled torch.compile run finishes training, then segfaults in the garbage
+# collector at interpreter exit (unprofiled, the same run exits 0). Known and open: only that crash
+# xfails, so the tests run as usual once it is gone.
+_COMPILE_CRASH = "rlscope prof of torch.compile segfaults at exit on Python 3.13 (open defect)"
+
+
+class _Traces(dict):
+    """Each framework's trace directory; a failed training fails (or, for the known crash, xfails)
+    only the tests that read its trace."""
+
+    def __missing__(self, framework: str) -> Path:
+        done = self.failed[framework]
+        if framework == "sb3_compile" and sys.version_info >= (3, 13) and done.returncode in (-11, 245):
+            pytest.xfail(_COMPILE_CRASH)
+        pytest.fail(f"{framework} exited {done.returncode}: {done.stdout[-2000:]}{done.stderr[-3000:]}")
+
+
 @pytest.fixture(scope="module")
 def traces(tmp_path_factory, request) -> dict[str, Path]:
     """One short TD3 training per installed framework under `rlscope prof`."""
     env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, (str(REPO), os.environ.get("PYTHONPATH")))))
-    out = {}
+    out = _Traces()
+    out.failed = {}
     for framework in FRAMEWORKS:
         if not _installed(framework):
             continue
@@ -48,8 +66,10 @@ def traces(tmp_path_factory, request) -> dict[str, Path]:
                                "--", sys.executable, "-m", "experiments.casestudies.sb3_train", "td3", "Pendulum-v1",
                                str(STEPS), "cpu", "--learning-starts", str(LEARNING_STARTS), "--framework", framework],
                               capture_output=True, text=True, env=env, timeout=600, cwd=REPO)
-        assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-3000:]
-        out[framework] = trace
+        if done.returncode == 0:
+            out[framework] = trace
+        else:
+            out.failed[framework] = done
     return out
 
 
@@ -71,7 +91,7 @@ def _backend_calls_in(process, operation: str) -> tuple[int, list[str]]:
 
 @pytest.mark.parametrize("framework", list(FRAMEWORKS))
 def test_every_framework_trains_with_the_same_operations_and_counts_its_transitions(traces, framework):
-    if framework not in traces:
+    if not _installed(framework):
         pytest.skip(f"{framework} is not installed")
     process = _trainer(traces[framework])
     ops = process.events[process.events["kind"] == int(Kind.OPERATION)]

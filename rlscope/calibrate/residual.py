@@ -51,8 +51,14 @@ def measure_residual(cycles: int = CYCLES, calls: int = CALLS,
     recording, ``cycles`` times; returns ``{"probes": {name: {"residual_ns", "ci95_ns",
     "detached_ns", "recorded_ns"}}, "cycles", "calls", "libcupti", "libcudart"}``.
 
-    Raises RlscopeError where CUPTI cannot record or does not detach."""
-    from rlscope import _cupti
+    Raises RlscopeError where rlscope has no CUPTI collector, or CUPTI cannot record or does not
+    detach."""
+    try:
+        from rlscope import _cupti
+    except ImportError as err:
+        raise RlscopeError("rlscope was built without the CUPTI collector (rlscope._cupti): no CUDA headers at "
+                           "install time; install them (a CUDA toolkit, or pip's with 'rlscope[gpu]') and "
+                           "reinstall rlscope") from err
 
     library = _cupti.load(libcupti_candidates())
     cudart = _cupti.probe_open(libcudart_candidates())
