@@ -144,6 +144,7 @@ def docker_engine(cli: str, data_root: Path | None, uid: int) -> Iterator[tuple[
             else:
                 raise Failed("dockerd did not answer within 60 s")
             os.chown(socket, uid, -1)  # the test's uid uses this private engine, nobody else
+            Path(tmp).chmod(0o711)  # through a directory it may cross, not read
             yield host, data_root is None
         finally:
             daemon.terminate()
