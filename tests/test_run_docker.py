@@ -285,7 +285,10 @@ def test_the_make_stamps_follow_content_not_timestamps(tmp_path):
 
 
 def test_the_container_results_page_is_generated_from_its_data():
-    data = json.loads((REPO / "docs" / "results" / "container.json").read_text())
+    recorded = REPO / "docs" / "results" / "container.json"
+    if not recorded.exists():
+        pytest.skip("no container test recorded yet (python dockerfiles/container_test.py --record)")
+    data = json.loads(recorded.read_text())
     assert container_test.render(data) == (REPO / "docs" / "results" / "container.md").read_text()
 
 
