@@ -25,19 +25,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any, TypeVar
 
-from rlscope import _hotpath
-from rlscope.collect.environment import ENV_DIRECTORY, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS
+from rlscope import _hotpath, recorder
+from rlscope.collect.environment import ENV_DIRECTORY
+from rlscope.recorder import Recorder
 
 __all__ = ["profile", "operation", "set_phase", "step", "enabled", "ENV_DIRECTORY"]
 
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-_session: Any = None  # rlscope.collect.session.Session while profiling, else None
+_session: Recorder | None = None  # what annotations report to while profiling, else None
 # step() is native (``rlscope._hotpath.step``) and reports to what ``_bind`` binds it to, apart
 # from ``_session``: alternating windows switch annotations off for stretches of a run (``_session``
 # None, exactly as unprofiled) while iterations must still be counted.
-_bound: Any = None  # the session of this process, whether or not annotations are on just now
+_bound: Recorder | None = None  # the session of this process, whether or not annotations are on just now
 
 
 class _Operation:
@@ -142,8 +143,10 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     if directory is None:
         yield
         return
+    from rlscope.collect.session import start_session
+
     spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
-    session = _start(Path(directory), process, phase, transitions, spec, gpu)
+    session = start_session(Path(directory), process, phase, transitions, spec, gpu)
     _bind(session)
     try:
         yield
@@ -155,7 +158,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     session.stop()
 
 
-def _bind(session: Any) -> None:
+def _bind(session: Recorder | None) -> None:
     """Make ``session`` (or nothing) the one that annotations and step() report to."""
     global _session, _bound
     _session = _bound = session
@@ -165,24 +168,13 @@ def _bind(session: Any) -> None:
         session.bind_step()
 
 
-def _annotate_into(session: Any) -> None:
+def _annotate_into(session: Recorder | None) -> None:
     """Send annotations to ``session``, or with None make them no-ops, leaving step() as it is."""
     global _session
     _session = session
 
 
-def _start(directory: Path, process: str | None, phase: str | None, transitions: bool | None,
-           targets: str = "", gpu: bool | str | None = None) -> Any:
-    from rlscope.collect.python import parse_targets
-    from rlscope.collect.session import Session
-
-    if transitions is None:
-        transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
-    extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
-    session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
-                      transitions=transitions, targets=extra, gpu=gpu)
-    session.start()
-    return session
+recorder.install(_bind, _annotate_into, lambda: _bound)
 
 
 def _restart_in_child() -> None:
@@ -202,15 +194,8 @@ def _restart_in_child() -> None:
         mp_util.register_after_fork(session, _close_with_multiprocessing)
 
 
-def _close_with_multiprocessing(session: Any) -> None:
-    sys.modules["multiprocessing.util"].Finalize(None, _stop_at_exit, exitpriority=-100)
+def _close_with_multiprocessing(session: Recorder) -> None:
+    sys.modules["multiprocessing.util"].Finalize(None, recorder.stop_at_exit, exitpriority=-100)
 
 
 os.register_at_fork(after_in_child=_restart_in_child)
-
-
-def _stop_at_exit() -> None:
-    session = _bound
-    _bind(None)
-    if session is not None:
-        session.stop()

@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-import rlscope
+from rlscope._version import __version__
 from rlscope.errors import RlscopeError
 
 __all__ = ["main", "cli"]
@@ -24,7 +24,7 @@ EXIT_INTERRUPTED = 130
 
 
 @click.group(context_settings={"help_option_names": ["-h", "--help"]})
-@click.version_option(rlscope.__version__, prog_name="rlscope")
+@click.version_option(__version__, prog_name="rlscope")
 def cli() -> None:
     """Profile deep-RL workloads across the stack and reproduce the papers' figures."""
 
@@ -300,9 +300,10 @@ def doctor(scale: str) -> None:
 @click.option("-o", "--out", "out", type=click.Path(path_type=Path), required=True, help="File to write.")
 def export(trace_dir: Path, fmt: str, out: Path) -> None:
     """Export TRACE_DIR for other trace viewers."""
+    from rlscope.analyze.attribution import read_attributed
     from rlscope.trace.perfetto import export_perfetto
 
-    click.echo(f"wrote {export_perfetto(trace_dir, out)}")
+    click.echo(f"wrote {export_perfetto(read_attributed(trace_dir), out)}")
 
 
 @cli.command()

@@ -127,12 +127,12 @@ class _FakeGpu:
 
 def _windows_with_a_fake_gpu(tmp_path, monkeypatch, iterations: int) -> tuple[dict, _FakeGpu]:
     """Every level alternated at every step() with a stand-in for CUPTI: windows.json and it."""
-    from rlscope import api
+    from rlscope import recorder
 
     monkeypatch.setenv("RLSCOPE_WINDOWS", "0.0001:off,annotations,transitions,cuda_api,gpu_activities")
     fake = _FakeGpu()
     with rlscope.profile(tmp_path, process="loop", gpu=False):
-        api._bound._gpu = fake
+        recorder.bound()._gpu = fake
         _loop(iterations)
     (process,) = read_trace(tmp_path)
     return json.loads((process.directory / WINDOWS_FILE).read_text()), fake

@@ -18,7 +18,7 @@ from typing import Any
 
 import pandas as pd
 
-import rlscope
+from rlscope._version import __version__
 from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 
@@ -153,5 +153,5 @@ def event_counts(transitions: pd.DataFrame) -> dict[str, int]:
 def machine_fingerprint() -> dict[str, Any]:
     """What a calibration's costs belong to: costs carry over between runs on one machine and
     rlscope version, not to another."""
-    return {"host": platform.node(), "rlscope": rlscope.__version__, "python": platform.python_version(),
+    return {"host": platform.node(), "rlscope": __version__, "python": platform.python_version(),
             "processor": platform.processor() or platform.machine()}

@@ -4,11 +4,8 @@ environment variables a child process reads at interpreter start (``bootstrap/si
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
-
 __all__ = ["ENV_DIRECTORY", "ENV_TRANSITIONS", "ENV_PROCESS", "ENV_TARGETS", "ENV_GPU", "ENV_WALL_ONLY",
-           "ENV_UNTIL_FIRST_STEP", "ENV_WINDOWS", "start_from_environment"]
+           "ENV_UNTIL_FIRST_STEP", "ENV_WINDOWS"]
 
 ENV_DIRECTORY = "RLSCOPE_DIR"  # every Python process under it profiles itself into this directory
 ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"  # "0": no Python->native transitions
@@ -19,24 +16,3 @@ ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time
 ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1": exit at the first rlscope.step() (a start-up run)
 ENV_WINDOWS = "RLSCOPE_WINDOWS"  # "MS:LEVEL,...": switch layers on and off as the run goes (windows.py)
 
-
-def start_from_environment() -> None:
-    """Profile this whole process into $RLSCOPE_DIR (called at interpreter start under `rlscope prof`)."""
-    from rlscope import api
-
-    directory = os.environ.get(ENV_DIRECTORY)
-    if not directory or api._bound is not None:
-        return
-    import atexit
-
-    if os.environ.get(ENV_WALL_ONLY) == "1":  # uninstrumented: annotations stay no-ops
-        from rlscope import _hotpath
-        from rlscope.collect.session import WallClock
-
-        clock = WallClock(Path(directory), os.environ.get(ENV_PROCESS),
-                          until_first_step=os.environ.get(ENV_UNTIL_FIRST_STEP) == "1")
-        _hotpath.bind_step(callback=clock.first_step)
-        atexit.register(clock.stop)
-        return
-    api._bind(api._start(Path(directory), None, None, None))
-    atexit.register(api._stop_at_exit)

@@ -15,19 +15,20 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-import rlscope
-from rlscope import _hotpath
-from rlscope.collect.environment import ENV_GPU, ENV_UNTIL_FIRST_STEP, ENV_WINDOWS
+from rlscope._version import __version__
+from rlscope import _hotpath, recorder
+from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
+                                         ENV_WINDOWS)
 from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
-from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector
+from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
 from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
 from rlscope.files import write_json_atomic
 from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
 from rlscope.trace.writer import TraceWriter
 
-__all__ = ["Session", "WallClock", "DEFAULT_PHASE"]
+__all__ = ["Session", "WallClock", "DEFAULT_PHASE", "start_session"]
 
 DEFAULT_PHASE = "default"
 
@@ -86,7 +87,7 @@ class WallClock:
         end = time.perf_counter_ns()
         self.dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.dir / META_FILE, {
-            "schema_version": SCHEMA_VERSION, "rlscope_version": rlscope.__version__, "process": self.process,
+            "schema_version": SCHEMA_VERSION, "rlscope_version": __version__, "process": self.process,
             "pid": os.getpid(), "host": platform.node(), "python": platform.python_version(),
             "start_ns": self.start_ns, "end_ns": end, "main_tid": threading.get_ident(), "wall_only": True,
             "first_step_ns": self.first_step_ns, "complete": True})
@@ -129,7 +130,7 @@ class Session:
         self.start_ns = self._phase_start = time.perf_counter_ns()
         self._meta = {
             "schema_version": SCHEMA_VERSION,
-            "rlscope_version": rlscope.__version__,
+            "rlscope_version": __version__,
             "process": self.process,
             "pid": self.pid,
             "ppid": os.getppid(),
@@ -281,8 +282,19 @@ class Session:
     def _end_at_first_step(self, start_ns: int, end_ns: int, iterations: int) -> None:
         """Stop profiling (the trace holds the start-up and a first iteration ending here) and end
         the process, exit status 0: operations still open (a loop inside one) are no error."""
-        from rlscope import api
-
-        api._bind(None)
+        recorder.bind(None)
         self.stop(check_nesting=False)
         _end_process()
+
+
+def start_session(directory: Path, process: str | None = None, phase: str | None = None,
+                  transitions: bool | None = None, targets: str = "", gpu: bool | str | None = None) -> Session:
+    """Start profiling this process into ``directory``; what the arguments leave open comes from
+    the environment `rlscope prof` sets (``ENV_PROCESS``, ``ENV_TRANSITIONS``, ``ENV_TARGETS``)."""
+    if transitions is None:
+        transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
+    extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
+    session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
+                      transitions=transitions, targets=extra, gpu=gpu)
+    session.start()
+    return session

@@ -46,6 +46,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+from rlscope import recorder
 from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 
@@ -105,8 +106,6 @@ class AlternatingWindows:
         self._apply(self.cycle[self._position])
 
     def _apply(self, level: int) -> None:
-        from rlscope import api
-
         session = self.session
         if self.annotations_switched is None:
             self.annotations_switched = not session._ops.current_stack()
@@ -116,7 +115,7 @@ class AlternatingWindows:
                 self._position = 0
                 level = self.cycle[0]
         annotate = level >= 1 or not self.annotations_switched or bool(session._ops.current_stack())
-        api._annotate_into(session if annotate else None)
+        recorder.annotate_into(session if annotate else None)
         collector = session._collector
         if collector is not None and (level >= 2) != (self._level >= 2):
             if level >= 2:
@@ -132,15 +131,13 @@ class AlternatingWindows:
 
     def close(self, directory: Path) -> None:
         """Switch everything back on and write the complete windows."""
-        from rlscope import api
-
         if self._level < 2 and self.session._collector is not None:
             self.session._collector.resume()
         if self._level < 4 and self.session._gpu is not None:
             self.session._gpu.record(api=True, gpu=True)
         self._level = len(LEVELS) - 1
-        if api._bound is self.session:  # still profiling (not stopping through the API)
-            api._annotate_into(self.session)
+        if recorder.bound() is self.session:  # still profiling (not stopping through the API)
+            recorder.annotate_into(self.session)
         write_json_atomic(directory / WINDOWS_FILE, {
             "levels": list(LEVELS), "window_ns": int(self.window_ms * 1e6),
             "annotations_switched": bool(self.annotations_switched), "settled": self.settled,

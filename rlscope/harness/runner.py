@@ -30,7 +30,7 @@ from typing import Any, Literal
 import pandas as pd
 from tqdm import tqdm
 
-import rlscope
+from rlscope._version import __version__
 from rlscope.harness.executors import Executor, LocalExecutor
 from rlscope.errors import ManifestError
 from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
@@ -81,7 +81,7 @@ def _config(manifest: Manifest, point: GridPoint) -> dict[str, Any]:
         "params": dict(point.params),
         "repetitions": manifest.repetitions,
         "timeout_s": manifest.timeout_s,
-        "rlscope_version": rlscope.__version__,
+        "rlscope_version": __version__,
     }
 
 

@@ -8,7 +8,7 @@ import platform
 import subprocess
 from pathlib import Path
 
-import rlscope
+from rlscope._version import __version__
 
 __all__ = ["environment", "PACKAGES"]
 
@@ -19,7 +19,7 @@ PACKAGES = ("torch", "jax", "jaxlib", "numpy", "gymnasium", "stable-baselines3",
 def environment(repo: Path | None = None) -> dict[str, str]:
     """Name -> value, in the order a reader wants them: machine first, then software."""
     info = {"host": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
-            "rlscope": rlscope.__version__, "commit": _commit(repo), "GPU": _gpu()}
+            "rlscope": __version__, "commit": _commit(repo), "GPU": _gpu()}
     for package in PACKAGES:
         try:
             info[package] = importlib.metadata.version(package)

@@ -11,7 +11,7 @@ import sys
 
 if os.environ.get("RLSCOPE_DIR"):
     try:
-        from rlscope.collect.environment import start_from_environment
+        from rlscope.collect.autostart import start_from_environment
 
         start_from_environment()
     except Exception as err:  # never stop the user's program because profiling could not start
