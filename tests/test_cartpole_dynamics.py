@@ -11,16 +11,15 @@ import numpy as np
 import pytest
 import torch
 
-from experiments.datacollection.backends import BACKENDS, make_backend
-from experiments.datacollection.backends.base import CARTPOLE, _import_all
+from experiments.datacollection.backends import NAMES, backend_class, make_backend
+from experiments.datacollection.backends.base import CARTPOLE
 
-_import_all()
 N = 64
 RTOL, ATOL = 1e-5, 1e-6
 BAND = 1e-5  # done flags may differ only this close to a threshold (float32 rounding)
 GPU_ONLY = {"cuda", "cuda_fused_policy", "torch_graph"}
 # Every backend; those that need a GPU run as `gpu` tests (on the device, skipped in CI).
-ALL = [pytest.param(name, marks=pytest.mark.gpu) if name in GPU_ONLY else name for name in sorted(BACKENDS)]
+ALL = [pytest.param(name, marks=pytest.mark.gpu) if name in GPU_ONLY else name for name in NAMES]
 
 
 def backend_options(name: str) -> dict:
@@ -153,3 +152,13 @@ def test_torch_backend_on_cuda_matches_gymnasium() -> None:
     np.testing.assert_allclose(as_numpy(t.final_obs), ref_obs, rtol=RTOL, atol=ATOL)
     assert ((as_numpy(t.terminated) == ref_term) | near_threshold(ref_obs)).all()
     np.testing.assert_array_equal(as_numpy(t.truncated), ref_trunc)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_the_registry_names_each_backend_as_the_backend_names_itself(name):
+    assert backend_class(name).name == name
+
+
+def test_an_unknown_backend_lists_the_known_ones():
+    with pytest.raises(ValueError, match="unknown CartPole backend 'mujoco'; known: cpp, cuda, "):
+        make_backend("mujoco", 4)

@@ -9,12 +9,11 @@ observation in ``final_obs``, as SB3's VecEnv and gymnax do.
 from __future__ import annotations
 
 import abc
-from collections.abc import Callable
 from typing import Any, ClassVar, NamedTuple
 
 import numpy as np
 
-__all__ = ["CartPoleBackend", "Transition", "BACKENDS", "register", "make_backend", "CARTPOLE"]
+__all__ = ["CartPoleBackend", "Transition", "CARTPOLE"]
 
 
 class _CartPoleConstants(NamedTuple):
@@ -119,38 +118,3 @@ class CartPoleBackend(abc.ABC):
     def episodes_finished(self) -> int:
         """Episodes that ended during ``simulate`` since the backend was made."""
         return self._episodes
-
-
-BACKENDS: dict[str, type[CartPoleBackend]] = {}
-
-
-def register(cls: type[CartPoleBackend]) -> type[CartPoleBackend]:
-    """Class decorator adding a backend to the registry under its ``name``."""
-    if cls.name in BACKENDS:
-        raise ValueError(f"backend {cls.name!r} is registered twice")
-    BACKENDS[cls.name] = cls
-    return cls
-
-
-def make_backend(name: str, num_envs: int, seed: int = 0, **options: Any) -> CartPoleBackend:
-    """Create a registered backend; unknown names list the known ones."""
-    _import_all()
-    try:
-        cls: Callable[..., CartPoleBackend] = BACKENDS[name]
-    except KeyError:
-        raise ValueError(f"unknown CartPole backend {name!r}; known: {', '.join(sorted(BACKENDS))}") from None
-    return cls(num_envs, seed, **options)
-
-
-def _import_all() -> None:
-    # Backends register on import; each module imports its heavy framework lazily.
-    from experiments.datacollection.backends import (  # noqa: F401
-        cpp,
-        cuda,
-        cuda_fused_policy,
-        gymnasium_loop,
-        jax_vec,
-        numpy_vec,
-        torch_graph,
-        torch_vec,
-    )

@@ -7,12 +7,11 @@ from typing import Any
 
 import numpy as np
 
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 
 __all__ = ["CppThreads"]
 
 
-@register
 class CppThreads(CartPoleBackend):
     name = "cpp"
 

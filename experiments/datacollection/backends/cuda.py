@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 from rlscope.errors import SkipRun
 
 __all__ = ["CudaKernels", "KERNEL_SOURCE", "compile_kernel", "cupy_or_skip"]
@@ -54,7 +54,6 @@ def compile_kernel(expression: str, source: Path = KERNEL_SOURCE) -> Any:
     return _module(source, (expression,), mtime).get_function(expression)
 
 
-@register
 class CudaKernels(CartPoleBackend):
     """State lives in CuPy arrays laid out slot-major (S x 4 x N) for coalesced access."""
 

@@ -19,7 +19,6 @@ from typing import Any
 
 import numpy as np
 
-from experiments.datacollection.backends.base import register
 from experiments.datacollection.backends.cuda import KERNEL_SOURCE, CudaKernels
 
 __all__ = ["CudaFusedPolicy", "FUSED_SOURCE", "PRECISIONS"]
@@ -30,7 +29,6 @@ _ENVS_PER_WARP = 16  # the fp16 kernel's tile
 _SHAPES = [(64, 4), (64,), (64, 64), (64,), (2, 64), (2,)]  # torch Linear: weight[out][in], bias[out]
 
 
-@register
 class CudaFusedPolicy(CudaKernels):
     """``rollout(policy, obs, K)`` is one launch; ``sample`` picks sampled instead of argmax
     actions; ``record`` keeps every step's (obs, action, reward, done) in ``trajectory``."""

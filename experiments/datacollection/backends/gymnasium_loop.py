@@ -6,12 +6,11 @@ from typing import Any
 
 import numpy as np
 
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 
 __all__ = ["GymnasiumLoop"]
 
 
-@register
 class GymnasiumLoop(CartPoleBackend):
     name = "gymnasium"
 

@@ -14,7 +14,7 @@ from typing import Any
 import numpy as np
 
 from experiments.datacollection.backends.base import CARTPOLE as P
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 from experiments.datacollection.backends.dynamics import cartpole_dynamics, slots_step, terminated_mask
 from rlscope.errors import SkipRun
 
@@ -110,7 +110,6 @@ def _kernels(compute_factor: int) -> _Kernels:
     return _Kernels(compute_factor)
 
 
-@register
 class JaxVectorized(CartPoleBackend):
     name = "jax"
 

@@ -7,13 +7,12 @@ from typing import Any
 import numpy as np
 
 from experiments.datacollection.backends.base import CARTPOLE as P
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
 
 __all__ = ["NumpyVectorized"]
 
 
-@register
 class NumpyVectorized(CartPoleBackend):
     name = "numpy"
 

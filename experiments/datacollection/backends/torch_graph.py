@@ -10,7 +10,6 @@ from __future__ import annotations
 
 from typing import Any
 
-from experiments.datacollection.backends.base import register
 from experiments.datacollection.backends.torch_vec import TorchVectorized
 from rlscope.errors import SkipRun
 
@@ -19,7 +18,6 @@ __all__ = ["TorchCudaGraph"]
 _WARMUP_REPLAYS = 3  # eager runs on a side stream before capture, as torch.cuda.graphs advises
 
 
-@register
 class TorchCudaGraph(TorchVectorized):
     """Random numbers come from the device's default generator, which graph replay advances."""
 

@@ -7,13 +7,12 @@ from typing import Any
 import numpy as np
 
 from experiments.datacollection.backends.base import CARTPOLE as P
-from experiments.datacollection.backends.base import CartPoleBackend, Transition, register
+from experiments.datacollection.backends.base import CartPoleBackend, Transition
 from experiments.datacollection.backends.dynamics import slots_step, substeps, terminated_mask
 
 __all__ = ["TorchVectorized"]
 
 
-@register
 class TorchVectorized(CartPoleBackend):
     """State is an N x S x 4 tensor (S = state factor, 1 for CartPole) updated in place, so a
     captured CUDA graph (``torch_graph``) can replay the same code; resets are branch-free
