@@ -20,7 +20,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from synthetic_trace import write_synthetic  # noqa: E402
 
 from rlscope.analyze.overlap import analyze_process  # noqa: E402
-from rlscope.trace.reader import read_trace  # noqa: E402
+from rlscope.analyze.attribution import read_attributed  # noqa: E402
 
 
 def main() -> None:
@@ -36,7 +36,7 @@ def main() -> None:
             full, sweep = [], []
             for _ in range(args.repeat):
                 t0 = time.perf_counter()
-                (proc,) = read_trace(tmp)
+                (proc,) = read_attributed(tmp)
                 t1 = time.perf_counter()
                 analyze_process(proc)
                 t2 = time.perf_counter()

@@ -25,7 +25,7 @@ from typing import Any
 import numpy as np
 
 import rlscope
-from rlscope.trace.reader import read_trace
+from rlscope.analyze.attribution import read_attributed
 from rlscope.trace.schema import Kind
 
 
@@ -35,7 +35,7 @@ def emit(**fields: Any) -> None:
 
 def gpu_rows(trace_dir: Path) -> Any:
     """The kernel rows of the (single) process traced into ``trace_dir``."""
-    (proc,) = read_trace(trace_dir)
+    (proc,) = read_attributed(trace_dir)
     ev = proc.events
     return ev[ev["kind"] == int(Kind.GPU_KERNEL)], proc
 
@@ -262,7 +262,7 @@ def drift(seconds: float, out: Path) -> None:
                 for _ in range(50):
                     x.mul_(1.0)
                 torch.cuda.synchronize()
-    (proc,) = read_trace(trace)
+    (proc,) = read_attributed(trace)
     ev = proc.events
     probe_code = list(ev["name"].cat.categories).index("probe")
     kernels = ev[(ev["kind"] == int(Kind.GPU_KERNEL)) & (ev["operation"] == probe_code)].sort_values("start_ns")

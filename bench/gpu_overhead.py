@@ -156,11 +156,11 @@ def events_per_step(trace: Path) -> str:
     """How many events of each kind an rlscope trace holds per ``rlscope.step()``
     ("cuda_api=21.04 ..."): where a mode's overhead can come from (every CUDA API call, kernel
     and native call recorded costs something)."""
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
     from rlscope.trace.schema import Kind
 
     counts: dict[str, int] = {}
-    for process in read_trace(trace):
+    for process in read_attributed(trace):
         for kind, n in process.events["kind"].value_counts().items():
             name = Kind(int(kind)).name.lower()
             counts[name] = counts.get(name, 0) + int(n)

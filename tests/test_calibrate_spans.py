@@ -11,7 +11,7 @@ import pytest
 def test_start_up_runs_end_at_their_first_step(tmp_path):
     from rlscope.calibrate.spans import iterating_process, profiled_startup
     from rlscope.collect.launch import run_profiled
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     # the first step inside an open operation, as SB3's loop runs inside "learn"
     script = ("import time, rlscope\ntime.sleep(0.05)\nwith rlscope.operation('loop'):\n"
@@ -22,7 +22,7 @@ def test_start_up_runs_end_at_their_first_step(tmp_path):
             _, code = run_profiled([sys.executable, "-c", script], tmp_path / name, wall_only=wall_only,
                                    gpu=False, until_first_step=True, stdout=out)
         assert code == 0 and "past the first step" not in log.read_text() and "Error" not in log.read_text()
-        (process,) = read_trace(tmp_path / name)
+        (process,) = read_attributed(tmp_path / name)
         assert process.meta["complete"]
         if wall_only:
             assert process.meta["first_step_ns"] >= process.meta["start_ns"] + 50_000_000
@@ -55,11 +55,11 @@ def test_trace_iteration_leaves_out_trace_writes_and_the_last_span():
 def test_uninstrumented_run_remembers_only_its_first_step(tmp_path):
     from rlscope.calibrate.spans import first_step_ns
     from rlscope.collect.launch import run_profiled
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     script = "import time, rlscope\ntime.sleep(0.05)\nfor _ in range(3): rlscope.step()\n"
     _, code = run_profiled([sys.executable, "-c", script], tmp_path, wall_only=True)
     assert code == 0
-    (process,) = read_trace(tmp_path)
+    (process,) = read_attributed(tmp_path)
     first = first_step_ns(process)
     assert process.meta["start_ns"] + 50_000_000 <= first <= process.meta["end_ns"]

@@ -18,7 +18,7 @@ from experiments.casestudies.frameworks import FRAMEWORKS, framework_problem  # 
 from rlscope.analyze import analyze_trace  # noqa: E402
 from rlscope.errors import ManifestError, SkipRun  # noqa: E402
 from rlscope.harness.manifest import load_manifest  # noqa: E402
-from rlscope.trace.reader import read_trace  # noqa: E402
+from rlscope.analyze.attribution import read_attributed  # noqa: E402
 from rlscope.trace.schema import Category, Kind  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
@@ -74,7 +74,7 @@ def traces(tmp_path_factory, request) -> dict[str, Path]:
 
 
 def _trainer(trace: Path):
-    (process,) = [p for p in read_trace(trace) if p.meta["process"] == "sb3_train"]
+    (process,) = [p for p in read_attributed(trace) if p.meta["process"] == "sb3_train"]
     return process
 
 

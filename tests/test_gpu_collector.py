@@ -17,7 +17,8 @@ from rlscope.analyze import analyze_trace
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.collect import cupti
 from rlscope.errors import RlscopeError
-from rlscope.trace.reader import TraceWarning, read_process, read_trace
+from rlscope.analyze.attribution import attribute_gpu, read_attributed
+from rlscope.trace.reader import TraceWarning, read_process
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE, META_FILE, SCHEMA_VERSION, UTILISATION_FILE, Kind
 from rlscope.trace.writer import TraceWriter
 
@@ -50,7 +51,7 @@ def test_recorded_buffers_decode_to_the_rows_the_live_tracer_wrote():
 
 
 def test_recorded_trace_charges_gpu_work_to_the_launching_operation():
-    (proc,) = read_trace(FIXTURES / "trace")
+    (proc,) = read_attributed(FIXTURES / "trace")
     ev = proc.events
     names = ev["name"].cat.categories
     assert not (ev["kind"] == int(Kind.CORRELATION)).any()  # consumed by the join
@@ -69,7 +70,7 @@ def test_recorded_trace_charges_gpu_work_to_the_launching_operation():
 def test_recorded_trace_exports_gpu_tracks_with_their_operation(tmp_path):
     from rlscope.trace.perfetto import export_perfetto
 
-    out = export_perfetto(FIXTURES / "trace", tmp_path / "trace.json")
+    out = export_perfetto(read_attributed(FIXTURES / "trace"), tmp_path / "trace.json")
     events = json.loads(out.read_text())["traceEvents"]
     kernels = [e for e in events if e.get("cat") == "kernel"]
     assert len(kernels) == 3 and {e["args"]["operation"] for e in kernels} == {"compute"}
@@ -113,7 +114,7 @@ def test_join_uses_external_correlation_then_falls_back_to_launch_time(tmp_path)
         (KERNEL, 0, 0, 7, 500, 520, 1, 2, -1),
     ]
     proc_dir = _write_trace(tmp_path, rows, "cudaLaunchKernel\nmy_kernel\ncuLaunchKernel\n")
-    proc = read_process(proc_dir)
+    proc = attribute_gpu(read_process(proc_dir))
     ev = proc.events
     names = ev["name"].cat.categories
     kernels = ev[ev["kind"] == KERNEL].sort_values("start_ns")
@@ -138,7 +139,7 @@ def test_torn_gpu_files_keep_what_is_whole(tmp_path):
     with (proc_dir / GPU_ROWS_FILE).open("ab") as f:
         f.write(b"\x01\x02\x03")  # and a row was being written
     with pytest.warns(TraceWarning, match="torn last row"):
-        ev = read_process(proc_dir).events
+        ev = attribute_gpu(read_process(proc_dir)).events
     assert list(ev[ev["kind"] == KERNEL]["name"]) == ["(unknown)"]
     assert list(ev[ev["kind"] == API]["name"]) == ["cudaLaunchKernel"]
 
@@ -165,7 +166,7 @@ def test_utilisation_timeline_sets_nvml_against_kernel_union(tmp_path):
             (KERNEL, 0, 0, 7, 100, 300, 1, 1, -1), (KERNEL, 0, 0, 8, 200, 350, 1, 1, -1)]
     util = "time_ns,device,gpu_util_pct,sm_util_pct\n400,0,90,\n600,0,70,3.5\n"
     _write_trace(tmp_path, rows, "cudaLaunchKernel\nk\n", util)
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     table = utilisation_timeline(proc, bin_s=500e-9)  # two bins of 500 ns over [0, 1000)
     pivot = table.pivot_table(index="time_s", columns="measure", values="percent")
     busy = pivot["GPU-bound (kernels+copies)"]
@@ -227,7 +228,7 @@ def test_without_a_gpu_profiling_goes_on_cpu_only_with_one_warning(tmp_path):
                 sum(range(100))
     gpu_warnings = [w for w in caught if issubclass(w.category, cupti.GpuUnavailableWarning)]
     assert len(gpu_warnings) == 1
-    (proc,) = read_trace(tmp_path / "on")
+    (proc,) = read_attributed(tmp_path / "on")
     assert proc.meta["gpu"]["status"] == "unavailable" and proc.meta["gpu"]["reason"]
     assert not (proc.directory / GPU_ROWS_FILE).exists()
 
@@ -238,7 +239,7 @@ def test_gpu_off_is_silent(tmp_path, monkeypatch):
         warnings.simplefilter("error", cupti.GpuUnavailableWarning)
         with rlscope.profile(tmp_path):
             pass
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     assert proc.meta["gpu"]["status"] == "off"
 
 
@@ -247,7 +248,7 @@ def test_an_install_without_cuda_headers_still_profiles(tmp_path, monkeypatch):
     with pytest.warns(cupti.GpuUnavailableWarning, match="built without the CUPTI collector"):
         with rlscope.profile(tmp_path):
             pass
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     assert proc.meta["complete"]
 
 

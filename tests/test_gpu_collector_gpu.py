@@ -8,7 +8,7 @@ import pytest
 
 import rlscope
 from rlscope.analyze import analyze_trace
-from rlscope.trace.reader import read_trace
+from rlscope.analyze.attribution import read_attributed
 from rlscope.trace.schema import Kind
 
 pytestmark = pytest.mark.gpu
@@ -26,7 +26,7 @@ def test_kernels_are_recorded_and_charged_to_their_operation(tmp_path):
                     x.mul_(1.0001)
             with rlscope.operation("readback"):
                 x.sum().item()
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     assert proc.meta["gpu"]["status"] == "on", proc.meta["gpu"]
     assert proc.meta["gpu"]["dropped"] == 0
     ev = proc.events
@@ -62,7 +62,7 @@ def test_utilisation_is_sampled(tmp_path):
         while time.perf_counter() < t_end:
             x.mul_(1.0)
         torch.cuda.synchronize()
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     assert proc.meta["utilisation"]["status"] == "on", json.dumps(proc.meta["utilisation"])
     assert proc.utilisation is not None
     # the driver's own samples (several a second), on the trace's clock: within the profile
@@ -89,7 +89,7 @@ def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monk
             with rlscope.operation("compute"):
                 x.mul_(1.0001)
                 torch.cuda.synchronize()
-    (proc,) = read_trace(tmp_path)
+    (proc,) = read_attributed(tmp_path)
     assert proc.meta["gpu"]["status"] == "on", proc.meta["gpu"]
     windows = measure_windows([proc])[0]
     per_level = {level: [w for w in windows if w[0] == level] for level in range(5)}
@@ -157,7 +157,7 @@ def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
         x.add_(1)  # unprofiled work between the sessions
         torch.cuda.synchronize()
     for name in ("first", "second"):
-        (proc,) = read_trace(tmp_path / name)
+        (proc,) = read_attributed(tmp_path / name)
         gpu_meta = proc.meta["gpu"]
         assert gpu_meta["status"] == "on" and not gpu_meta["cupti_attached"], gpu_meta
         ev = proc.events
@@ -193,7 +193,7 @@ def test_api_calls_from_callbacks_match_the_activity_records(tmp_path, monkeypat
                         x.mul_(1.0001)
                 with rlscope.operation("readback"):
                     x.sum().item()
-        (proc,) = read_trace(tmp_path / source)
+        (proc,) = read_attributed(tmp_path / source)
         assert proc.meta["gpu"]["api_source"] == source
         ev = proc.events
         names = dict(enumerate(ev["name"].cat.categories))
@@ -250,7 +250,7 @@ def test_calibration_with_a_gpu_runs_its_later_start_up_pairs_whole(tmp_path):
 _TORCH_CROSSCHECK = """
 import contextlib, json, sys
 import torch, rlscope
-from rlscope.trace.reader import read_trace
+from rlscope.analyze.attribution import read_attributed
 from rlscope.trace.schema import Kind
 from torch.profiler import ProfilerActivity, profile
 
@@ -269,7 +269,7 @@ def train(steps, annotate):
 train(10, False)  # warm-up: cuBLAS handles, lazy module loading
 with rlscope.profile(sys.argv[1], process="mlp"):
     train(30, True)
-(proc,) = read_trace(sys.argv[1])
+(proc,) = read_attributed(sys.argv[1])
 kernels = proc.events[proc.events["kind"] == int(Kind.GPU_KERNEL)]
 with profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA]) as prof:  # after: it keeps CUPTI
     train(30, False)

@@ -12,7 +12,7 @@ import pytest
 pytest.importorskip("stable_baselines3")
 
 from rlscope.analyze import analyze_trace  # noqa: E402
-from rlscope.trace.reader import read_trace  # noqa: E402
+from rlscope.analyze.attribution import read_attributed  # noqa: E402
 from rlscope.trace.schema import Category, Kind  # noqa: E402
 
 
@@ -26,7 +26,7 @@ def train(tmp_path: Path, cli_env: dict[str, str], *args: str) -> Path:
 
 
 def trainer(trace: Path):
-    (process,) = [p for p in read_trace(trace) if p.meta["process"] == "sb3_train"]
+    (process,) = [p for p in read_attributed(trace) if p.meta["process"] == "sb3_train"]
     return process
 
 
@@ -105,7 +105,7 @@ def test_ale_simulation_is_simulator_time(tmp_path, cli_env):
 
 def test_subproc_vec_env_children_are_profiled(tmp_path, cli_env):
     trace = train(tmp_path, cli_env, "ppo", "CartPole-v1", "512", "cpu", "--n-envs", "2", "--subproc")
-    processes = read_trace(trace)
+    processes = read_attributed(trace)
     workers = [p for p in processes if p.meta["process"] != "sb3_train"
                and (p.events["kind"] == int(Kind.OPERATION)).any()]
     assert len(workers) >= 2, [p.process for p in processes]

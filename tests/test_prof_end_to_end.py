@@ -118,9 +118,10 @@ def small_trace(tmp_path: Path, cli_env: dict[str, str]) -> Path:
 
 
 def test_export_is_valid_chrome_trace_json(small_trace: Path, tmp_path: Path) -> None:
+    from rlscope.analyze.attribution import read_attributed
     from rlscope.trace.perfetto import export_perfetto
 
-    out = export_perfetto(small_trace, tmp_path / "trace.json")
+    out = export_perfetto(read_attributed(small_trace), tmp_path / "trace.json")
     data = json.loads(out.read_text())
     events = data["traceEvents"]
     complete = [e for e in events if e["ph"] == "X"]
@@ -132,10 +133,11 @@ def test_export_is_valid_chrome_trace_json(small_trace: Path, tmp_path: Path) ->
 
 def test_holistic_trace_analysis_loads_the_export(small_trace: Path, tmp_path: Path) -> None:
     hta = pytest.importorskip("hta.trace_analysis")
+    from rlscope.analyze.attribution import read_attributed
     from rlscope.trace.perfetto import export_perfetto
 
     (tmp_path / "hta").mkdir()
-    export_perfetto(small_trace, tmp_path / "hta" / "rank-0.json")
+    export_perfetto(read_attributed(small_trace), tmp_path / "hta" / "rank-0.json")
     analysis = hta.TraceAnalysis(trace_dir=str(tmp_path / "hta"))
     frame = analysis.t.get_trace(0)
     names = set(analysis.t.symbol_table.sym_table)

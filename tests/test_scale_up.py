@@ -70,7 +70,7 @@ def test_two_actors_and_a_learner_on_the_cpu_give_a_trace_and_a_breakdown_per_pr
 
 def test_a_crashing_actor_fails_the_run_naming_its_log_and_the_other_traces_stay_readable(tmp_path, monkeypatch):
     from experiments.casestudies.profiled_scale_up import profiled_scale_up
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     monkeypatch.setenv("RLSCOPE_RUN_DIR", str(tmp_path))
     with pytest.raises(RuntimeError, match=r"worker1 \(exit 1\): .*failed-scale-up/logs/worker1\.log") as failure:
@@ -78,7 +78,7 @@ def test_a_crashing_actor_fails_the_run_naming_its_log_and_the_other_traces_stay
     kept = tmp_path / "failed-scale-up"
     assert "crashing on purpose" in (kept / "logs" / "worker1.log").read_text()
     assert str(kept / "trace") in str(failure.value)
-    complete = {p.meta["process"] for p in read_trace(kept / "trace") if p.meta.get("complete")}
+    complete = {p.meta["process"] for p in read_attributed(kept / "trace") if p.meta.get("complete")}
     assert {"launcher", "learner", "worker0"} <= complete
 
 

@@ -33,7 +33,7 @@ def profiled_scale_up(workers: int, duration_s: float, device: str = "auto", tim
     """Run the actor/learner workload with ``workers`` actors for ``duration_s`` under ``rlscope prof``."""
     from experiments.devices import resolve_device
     from rlscope.collect.launch import run_profiled
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     device = resolve_device(device)
     tmp = Path(tempfile.mkdtemp(prefix="rlscope-scale-up-"))
@@ -49,7 +49,7 @@ def profiled_scale_up(workers: int, duration_s: float, device: str = "auto", tim
         failed = next((line for line in output.splitlines() if line.startswith("failed: ")), f"exit code {code}")
         raise RuntimeError(f"scale-up run {failed.replace(str(tmp), str(kept))}; every process's trace: "
                            f"{kept / 'trace'} (`rlscope analyze` reads them)")
-    result = scale_up_rows(read_trace(trace))
+    result = scale_up_rows(read_attributed(trace))
     shutil.rmtree(tmp, ignore_errors=True)
     skipped = {} if device.startswith("cuda") else {"gpu_skipped": f"GPU measures need a GPU (device {device})"}
     return {**result, **skipped, "device": device, "python": platform.python_version()}

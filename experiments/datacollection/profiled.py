@@ -130,14 +130,14 @@ def _calibration(command: list[str], trace: Path, iterations: int, device: str, 
 
     from rlscope.calibrate import cached_calibration
     from rlscope.calibrate.spans import trace_iteration
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     length: int | None = None  # None: judged from the profiled run, read only if nothing is cached
 
     def sized() -> list[str]:
         nonlocal length
         if length is None:
-            measured = trace_iteration(read_trace(trace))
+            measured = trace_iteration(read_attributed(trace))
             if measured is None or measured[0] <= 0:
                 raise RuntimeError("the profiled loop recorded no iterations to size its calibration by")
             length = max(2 * iterations, math.ceil(seconds / (measured[0] / 1e9)))

@@ -143,7 +143,7 @@ def read_segments(directory: Path) -> list[list[int]]:
     from rlscope.calibrate.spans import window_rows
     from rlscope.collect.windows import LEVELS
     from rlscope.errors import RlscopeError
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     path = Path(directory) / SEGMENTS_FILE
     try:
@@ -157,7 +157,7 @@ def read_segments(directory: Path) -> list[list[int]]:
         if not profiled:
             rows.append([0, end - start, iterations])
             continue
-        (process,) = read_trace(Path(directory) / trace)
+        (process,) = read_attributed(Path(directory) / trace)
         rows += window_rows(np.array([[top, start, end, iterations]], dtype=np.int64), process)
     width = max(len(r) for r in rows) if rows else 3
     return [r + [0] * (width - len(r)) for r in rows]

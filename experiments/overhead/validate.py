@@ -255,7 +255,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.collect.windows import LEVELS, format_windows
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
         raise SkipRun(f"needs a GPU: {reason}")
@@ -288,18 +288,18 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                                               startup_pairs=calibration_startup_pairs)
             if failures:
                 raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        bases = [read_trace(run("base0", wall_only=True))]
+        bases = [read_attributed(run("base0", wall_only=True))]
 
         def pair(i: int) -> dict[str, float]:
             tables = analyze_corrected(run(f"profiled{i}", gpu=gpu), calibration_path)
-            bases.append(read_trace(run(f"base{i + 1}", wall_only=True)))
-            return whole_run_pair(bases[i], bases[i + 1], read_trace(root / f"profiled{i}"), tables, calibration)
+            bases.append(read_attributed(run(f"base{i + 1}", wall_only=True)))
+            return whole_run_pair(bases[i], bases[i + 1], read_attributed(root / f"profiled{i}"), tables, calibration)
 
         # The windows run is about half a pair (one profiled run); the sessions run, half profiled,
         # about half a pair per validation length it spans.
         after_pairs = 0.5 + 0.5 * session_steps / validation_steps
         whole = median_of_pairs(pairs_within_budget(pair, validation_pairs, deadline, after_pairs))
-        windows = measure_windows(read_trace(run("windows", gpu=gpu,
+        windows = measure_windows(read_attributed(run("windows", gpu=gpu,
                                                  windows=format_windows(window_ms, ["off", LEVELS[-1]]))))
         window_speed = speed_factor(calibration, window_iteration(windows))
         sessions = {}

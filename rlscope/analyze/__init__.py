@@ -7,14 +7,15 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlscope.analyze.attribution import read_attributed
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.errors import ResultsError
 from rlscope.files import write_atomic
-from rlscope.trace.reader import ProcessTrace, read_trace
+from rlscope.trace.reader import ProcessTrace
 
-__all__ = ["analyze_trace", "analyze_processes", "write_tables", "read_tables", "breakdown", "transitions",
-           "ANALYSIS_DIR", "TABLES"]
+__all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_tables", "read_tables", "breakdown",
+           "transitions", "ANALYSIS_DIR", "TABLES"]
 
 ANALYSIS_DIR = "analysis"
 TABLES = ("breakdown", "transitions", "gpu", "utilisation")
@@ -23,7 +24,7 @@ TABLES = ("breakdown", "transitions", "gpu", "utilisation")
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
     """Every table over every process of the trace at ``directory`` (``analyze_processes``);
     ``drop_corrupt``: analyse the chunks before a corrupt one rather than stop at it."""
-    return analyze_processes(read_trace(directory, drop_corrupt=drop_corrupt))
+    return analyze_processes(read_attributed(directory, drop_corrupt=drop_corrupt))
 
 
 def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:

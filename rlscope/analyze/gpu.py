@@ -12,14 +12,14 @@ from __future__ import annotations
 import numpy as np
 import pandas as pd
 
-from rlscope.analyze.overlap import UNANNOTATED, outermost
-from rlscope.trace.reader import ProcessTrace, operation_at
-from rlscope.trace.schema import Kind
+from rlscope.analyze.attribution import operation_at, outermost_per_thread
+from rlscope.analyze.overlap import UNANNOTATED
+from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.schema import GPU_WORK_KINDS, Kind
 
-__all__ = ["gpu_by_operation", "utilisation_timeline", "union_ns", "gpu_use_across", "GPU_WORK", "GPU_BOUND",
+__all__ = ["gpu_by_operation", "utilisation_timeline", "union_ns", "gpu_use_across", "GPU_BOUND",
            "NVML_MEASURES"]
 
-GPU_WORK = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))  # what keeps a GPU busy
 GPU_BOUND = "GPU-bound (kernels+copies)"
 NVML_MEASURES = (("nvidia-smi utilization.gpu", "gpu_util_pct"), ("SM utilisation (GPM)", "sm_util_pct"))
 
@@ -81,10 +81,7 @@ def gpu_by_operation(trace: ProcessTrace) -> pd.DataFrame:
             tids = sel["tid"].to_numpy()
             ops = operation_at(ev, np.where(np.isin(tids, annotated), tids, trace.meta.get("main_tid", 0)), start)
             if kind == int(Kind.CUDA_API):
-                keep = np.zeros(len(sel), dtype=bool)
-                for tid in np.unique(tids):
-                    on = tids == tid
-                    keep[np.flatnonzero(on)[outermost(start[on], end[on])]] = True
+                keep = outermost_per_thread(tids, start, end)
                 start, end, ops = start[keep], end[keep], ops[keep]
         else:
             ops = sel["operation"].to_numpy().astype(np.int64)
@@ -106,7 +103,7 @@ def utilisation_timeline(trace: ProcessTrace, bin_s: float = 0.5) -> pd.DataFram
     ev = trace.events
     t0 = int(trace.meta["start_ns"])
     t1 = int(trace.meta.get("end_ns") or t0)
-    gpu = ev[ev["kind"].isin(GPU_WORK)]
+    gpu = ev[ev["kind"].isin(GPU_WORK_KINDS)]
     if gpu.empty and (trace.utilisation is None or trace.utilisation.empty):
         return pd.DataFrame(columns=columns)
     bin_ns = int(bin_s * 1e9)
@@ -156,7 +153,7 @@ def gpu_use_across(processes: list[ProcessTrace], start_ns: int, end_ns: int) ->
     columns = ["device", "measure", "percent", "samples"]
     if end_ns <= start_ns:
         raise ValueError(f"empty window: [{start_ns}, {end_ns})")
-    work = [p.events[p.events["kind"].isin(GPU_WORK)] for p in processes]
+    work = [p.events[p.events["kind"].isin(GPU_WORK_KINDS)] for p in processes]
     work = pd.concat([w for w in work if not w.empty] or [pd.DataFrame(columns=["category", "start_ns", "end_ns"])])
     rows = []
     for device, group in work.groupby("category"):

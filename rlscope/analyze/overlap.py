@@ -17,17 +17,17 @@ import dataclasses
 import numpy as np
 import pandas as pd
 
+from rlscope.analyze.attribution import outermost
 from rlscope.trace.reader import ProcessTrace
-from rlscope.trace.schema import Category, Kind
+from rlscope.trace.schema import GPU_WORK_KINDS, Category, Kind
 
-__all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "outermost", "breakdown", "transitions", "ThreadSweep",
+__all__ = ["CPU_LAYERS", "UNANNOTATED", "analyze_process", "breakdown", "transitions", "ThreadSweep",
            "sweep_thread"]
 
 # "Profiler": rlscope writing its buffered events out (Kind.PROFILER_WRITE), measured exactly.
 CPU_LAYERS = ("Python", "Backend", "Simulator", "CUDA API", "Profiler", "none")
 _PYTHON, _BACKEND, _SIMULATOR, _CUDA_API, _PROFILER, _NO_CPU = range(6)
 UNANNOTATED = "(unannotated)"
-_GPU_KINDS = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))
 
 
 def _paint(nseg: int, lo: np.ndarray, hi: np.ndarray, value: np.ndarray, depth: np.ndarray,
@@ -146,7 +146,7 @@ def sweep_thread(ev: _Events, phases: _Events, start_ns: int, end_ns: int, op_in
         cpu[_covered(nseg, lo[is_write], hi[is_write])] = _PROFILER
     phase = _paint(nseg, plo, phi, phase_index[phases.name], np.zeros(n_ph, dtype=np.int16), int(phase_index[-1]))
 
-    is_gpu = np.isin(ev.kind, _GPU_KINDS)
+    is_gpu = np.isin(ev.kind, GPU_WORK_KINDS)
     gpu_ops = {int(op_index[o]): _covered(nseg, lo[is_gpu & (ev.operation == o)], hi[is_gpu & (ev.operation == o)])
                for o in np.unique(ev.operation[is_gpu])}
     return ThreadSweep(bounds, op, cpu, phase, gpu_ops, lo)
@@ -159,15 +159,6 @@ _TRANSITIONS = {
     "Backend->CUDA": (int(Kind.CUDA_API), None),
     "GPU kernels": (int(Kind.GPU_KERNEL), None),
 }
-
-
-def outermost(starts: np.ndarray, ends: np.ndarray) -> np.ndarray:
-    """Mask of intervals not inside an earlier-starting one."""
-    order = np.lexsort((-ends, starts))  # at equal starts the longer (outer) one first
-    reach = np.maximum.accumulate(ends[order])
-    inside = np.zeros(len(starts), dtype=bool)
-    inside[order[1:]] = ends[order][1:] <= reach[:-1]
-    return ~inside
 
 
 def _dense(codes: np.ndarray, n_names: int) -> tuple[np.ndarray, np.ndarray]:
@@ -186,7 +177,7 @@ def analyze_process(trace: ProcessTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     main = trace.meta.get("main_tid")
     is_phase = events.kind == int(Kind.PHASE)
     is_step = events.kind == int(Kind.STEP)
-    is_gpu = np.isin(events.kind, _GPU_KINDS)
+    is_gpu = np.isin(events.kind, GPU_WORK_KINDS)
     phases = events.select(is_phase)
     op_index, op_codes = _dense(np.concatenate((events.name[events.kind == int(Kind.OPERATION)],
                                                 events.operation[is_gpu])), len(names))

@@ -30,9 +30,9 @@ def analyze_corrected(trace_dir: Path, calibration_file: Path | None,
     """``rlscope.analyze.analyze_trace`` of ``trace_dir``, its breakdown corrected with
     ``calibration_file`` (``corrected_breakdown``) unless that is None."""
     from rlscope.analyze import analyze_processes
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
-    processes = read_trace(trace_dir, drop_corrupt=drop_corrupt)
+    processes = read_attributed(trace_dir, drop_corrupt=drop_corrupt)
     tables = analyze_processes(processes)
     if calibration_file is not None:
         tables["breakdown"] = corrected_breakdown(processes, tables, calibration_file)

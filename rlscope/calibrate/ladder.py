@@ -72,9 +72,9 @@ MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repeti
 def measure_run(trace_dir: Path) -> dict[str, Any]:
     """Wall time (summed over the trace's processes) and event counts of one finished run."""
     from rlscope.analyze import analyze_trace
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
-    processes = read_trace(trace_dir)
+    processes = read_attributed(trace_dir)
     wall = sum(int(p.meta["end_ns"]) - int(p.meta["start_ns"]) for p in processes)
     if all(p.meta.get("wall_only") for p in processes):
         counts = dict.fromkeys(("annotation", "python_call", "cuda_api", "gpu_activity"), 0)
@@ -110,7 +110,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     more repetitions than one sitting (or one time-limited job) holds."""
     from rlscope.collect.cupti import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
 
     if not command:
         raise RlscopeError("no command given; usage: rlscope calibrate -- python train.py ARGS")
@@ -174,7 +174,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
                 progress(f"  failed ({why}); log: {log}")
                 continue
             if config == STARTUP:
-                stepped = [(p, first) for p in read_trace(run_dir) if (first := first_step_ns(p)) is not None]
+                stepped = [(p, first) for p in read_attributed(run_dir) if (first := first_step_ns(p)) is not None]
                 if stepped:
                     process, first = stepped[0]
                     runs.append({"config": config, "repetition": rep, "pair": pair,
@@ -184,7 +184,7 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
             if config not in (WINDOWS, PROFILED_STARTUP):
                 runs.append({"config": config, "repetition": rep, **measure_run(run_dir)})
                 continue
-            processes = read_trace(run_dir)
+            processes = read_attributed(run_dir)
             iterating = iterating_process(processes)
             startup = {"pair": pair, "startup": profiled_startup(iterating) if iterating is not None else None}
             if config == PROFILED_STARTUP:

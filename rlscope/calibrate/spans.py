@@ -13,7 +13,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from rlscope.analyze.overlap import outermost
+from rlscope.analyze.attribution import launching_call, outermost_per_thread
 from rlscope.calibrate.model import CPU_EVENTS, EVENT_TYPES
 from rlscope.collect.windows import WINDOWS_FILE
 from rlscope.trace.schema import Kind
@@ -31,15 +31,11 @@ def event_times(events: pd.DataFrame) -> list[np.ndarray]:
     start, end = events["start_ns"].to_numpy(), events["end_ns"].to_numpy()
     tid, correlation = events["tid"].to_numpy(), events["correlation"].to_numpy()
     api = np.flatnonzero(kind == int(Kind.CUDA_API))
-    per_thread = [api[tid[api] == t] for t in np.unique(tid[api])]
-    outer = np.concatenate([ids[outermost(start[ids], end[ids])] for ids in per_thread]) if len(api) else api
-    order = np.argsort(correlation[api], kind="stable")
+    outer = api[outermost_per_thread(tid[api], start[api], end[api])]
     kernels = np.flatnonzero(kind == int(Kind.GPU_KERNEL))
-    at = np.searchsorted(correlation[api][order], correlation[kernels])
-    launched = at < len(api)
-    launched[launched] = correlation[api][order][at[launched]] == correlation[kernels][launched]
-    kernel_times = start[kernels].copy()
-    kernel_times[launched] = start[api][order][at[launched]]
+    launch = launching_call(correlation[api], correlation[kernels])
+    kernel_times = np.where(launch >= 0, start[api][np.maximum(launch, 0)], start[kernels]) if len(api) \
+        else start[kernels]
     return [start[kind == int(Kind.OPERATION)],
             start[(kind == int(Kind.CPU_CALL)) & (events["category"].to_numpy() > 0)],
             start[outer], kernel_times]

@@ -16,8 +16,8 @@ from typing import Any
 import numpy as np
 
 from rlscope.files import write_atomic
-from rlscope.trace.reader import ProcessTrace, read_trace
-from rlscope.trace.schema import Category, Kind
+from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.schema import GPU_WORK_KINDS, Category, Kind
 
 __all__ = ["to_chrome_trace", "export_perfetto"]
 
@@ -31,7 +31,6 @@ _CATEGORY = {
     int(Kind.PROFILER_OVERHEAD): "overhead",
     int(Kind.PROFILER_WRITE): "overhead",
 }
-_GPU_KINDS = {int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET)}
 _GPU_PID_OFFSET = 1 << 24  # GPU tracks get their own pseudo-process, as in Kineto traces
 
 
@@ -67,13 +66,13 @@ def _process_events(trace: ProcessTrace, base_ns: int) -> list[dict[str, Any]]:
         else:
             cat = _CATEGORY[kind]
         tid = int(row.tid)
-        if kind not in _GPU_KINDS:
+        if kind not in GPU_WORK_KINDS:
             tid = tid_map.setdefault(tid, 1 if tid == main else len(tid_map) + 2)
         event: dict[str, Any] = {"ph": "X", "cat": cat, "name": names[i], "pid": pid, "tid": tid,
                                  "ts": float(ts[i]), "dur": float(dur[i]), "args": {}}
         if kind == int(Kind.CPU_CALL):
             event["args"]["layer"] = Category(int(row.category)).name.title()
-        if kind in _GPU_KINDS:
+        if kind in GPU_WORK_KINDS:
             event["pid"] = pid + _GPU_PID_OFFSET
             event["tid"] = int(row.depth)  # the CUDA stream
             event["args"].update({"correlation": int(row.correlation), "stream": int(row.depth)})
@@ -109,6 +108,8 @@ def to_chrome_trace(processes: list[ProcessTrace]) -> dict[str, Any]:
     }
 
 
-def export_perfetto(directory: Path, out: Path) -> Path:
-    write_atomic(out, json.dumps(to_chrome_trace(read_trace(directory))))
+def export_perfetto(processes: list[ProcessTrace], out: Path) -> Path:
+    """Write ``processes`` (with their GPU work attributed: ``rlscope.analyze.read_attributed``) to
+    ``out`` as Chrome trace-event JSON."""
+    write_atomic(out, json.dumps(to_chrome_trace(processes)))
     return out

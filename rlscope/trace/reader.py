@@ -27,7 +27,7 @@ from rlscope.trace.schema import (
     Kind,
 )
 
-__all__ = ["ProcessTrace", "TraceWarning", "read_process", "read_trace", "operation_at"]
+__all__ = ["ProcessTrace", "TraceWarning", "read_process", "read_trace"]
 
 
 class TraceWarning(UserWarning):
@@ -36,12 +36,19 @@ class TraceWarning(UserWarning):
 
 @dataclasses.dataclass(frozen=True)
 class ProcessTrace:
-    """One process's events: columns as in ``rlscope.trace.schema`` with ``name`` categorical."""
+    """One process's events: columns as in ``rlscope.trace.schema`` with ``name`` categorical.
+
+    ``gpu`` holds the GPU collector's rows as recorded, in the same columns and name categories:
+    CUDA API calls (with CUPTI's 32-bit thread ids), GPU work (not yet charged to a thread or
+    operation) and the external-correlation records that link them. ``rlscope.analyze.attribution``
+    joins them into ``events``; analyses read traces through it.
+    """
 
     directory: Path
     meta: dict[str, Any]
     events: pd.DataFrame
     utilisation: pd.DataFrame | None = None  # NVML samples: time_ns, device, gpu_util_pct, sm_util_pct
+    gpu: pd.DataFrame | None = None
 
     @property
     def process(self) -> str:
@@ -66,12 +73,13 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
                       f"events up to its last flushed chunk are used", TraceWarning, stacklevel=2)
     table = pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
     events = table.to_pandas()
+    gpu = None
     if (directory / GPU_ROWS_FILE).exists():
-        events = _merge_gpu(directory, events, meta.get("main_tid", 0), drop_corrupt)
+        events, gpu = _read_gpu(directory, events, drop_corrupt)
     utilisation = None
     if (directory / UTILISATION_FILE).exists():
         utilisation = pd.read_csv(directory / UTILISATION_FILE)
-    return ProcessTrace(directory, meta, events, utilisation)
+    return ProcessTrace(directory, meta, events, utilisation, gpu)
 
 
 def _read_chunks(path: Path, drop_corrupt: bool) -> list[pa.RecordBatch]:
@@ -134,18 +142,12 @@ def _chunk_problem(batch: pa.RecordBatch) -> str | None:
 
 
 _WIDTH = len(ROW_FIELDS)
-_GPU_ACTIVITY = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET), int(Kind.CUDA_SYNC))
 
 
-def _merge_gpu(directory: Path, events: pd.DataFrame, main_tid: int, drop_corrupt: bool = False) -> pd.DataFrame:
-    """Join the CUPTI collector's rows with the process's events.
-
-    CUPTI links records by correlation id: a kernel to the API call that launched it (whose
-    thread becomes the kernel's ``tid``) and that call to the external correlation id pushed by
-    the innermost ``rlscope.operation`` (which becomes the kernel's ``operation``). GPU work
-    launched from a thread without operations (e.g. a framework's dispatch thread) is charged
-    to the operation open on the main thread when it was launched, and placed on that thread.
-    """
+def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+    """The GPU collector's rows as a frame of the event columns, and ``events`` with the name
+    categories both share: GPU names come after the event file's own, so its codes (and operation
+    ids) hold. A name index out of range reads as "(unknown)"; correlation records have none."""
     path = directory / GPU_ROWS_FILE
     raw = path.read_bytes()
     row_bytes = _WIDTH * 8
@@ -163,69 +165,24 @@ def _merge_gpu(directory: Path, events: pd.DataFrame, main_tid: int, drop_corrup
         rows = rows[:bad[0]]
     text = (directory / GPU_NAMES_FILE).read_text(errors="replace") if (directory / GPU_NAMES_FILE).exists() else ""
     gpu_names = text.split("\n")[:-1]  # every name ends with a newline; a torn last one is dropped
-    kind, tid, start, correlation, operation = (rows[:, i] for i in (0, 2, 4, 7, 8))
 
-    # CUPTI reports the low 32 bits of pthread_self(); map them back to Python's thread idents.
-    api = kind == int(Kind.CUDA_API)
-    py_tids = np.unique(events["tid"].to_numpy()).astype(np.int64) if len(events) else np.zeros(0, np.int64)
-    rows[api, 2] = _lookup(py_tids & 0xFFFFFFFF, py_tids, tid[api], tid[api])
-
-    ext = kind == int(Kind.CORRELATION)
-    act = np.isin(kind, _GPU_ACTIVITY)
-    launch_tid = _lookup(correlation[api], rows[api, 2], correlation[act], main_tid)
-    op = _lookup(correlation[ext], operation[ext], correlation[act], -1, keep="last")
-    unresolved = op < 0
-    if unresolved.any():
-        launched = _lookup(correlation[api], start[api], correlation[act][unresolved], -1)
-        op[unresolved] = operation_at(events, np.full(len(launched), main_tid), launched)
-        launch_tid[unresolved] = main_tid
-    rows[act, 2] = launch_tid
-    rows[act, 8] = op
-    rows = rows[~ext]
-
-    # Names: GPU names after the event file's own, so existing codes (and operation ids) hold.
     names = events["name"].cat.categories
     fresh = pd.Index(gpu_names).difference(names, sort=False).unique()
     categories = names.append(fresh)
     lookup = categories.get_indexer(pd.Index(gpu_names + ["(unknown)"]))
+    named = rows[:, 0] != int(Kind.CORRELATION)
     gpu_name = rows[:, 6]
     gpu_name = np.where((gpu_name >= 0) & (gpu_name < len(gpu_names)), gpu_name, len(gpu_names))
-    if (lookup[gpu_name] < 0).any():
+    if (lookup[gpu_name[named]] < 0).any():
         categories = categories.append(pd.Index(["(unknown)"]))
         lookup = categories.get_indexer(pd.Index(gpu_names + ["(unknown)"]))
+    codes = np.where(named, lookup[gpu_name], -1)
     gpu = pd.DataFrame({f.name: rows[:, i].astype(f.type.to_pandas_dtype()) for i, f in enumerate(EVENT_SCHEMA)
                         if f.name != "name"})
-    gpu.insert(ROW_FIELDS.index("name"), "name", pd.Categorical.from_codes(lookup[gpu_name], categories=categories))
+    gpu.insert(ROW_FIELDS.index("name"), "name", pd.Categorical.from_codes(codes, categories=categories))
     events = events.copy()
     events["name"] = events["name"].cat.set_categories(categories)
-    return pd.concat([events, gpu], ignore_index=True)
-
-
-def _lookup(keys: np.ndarray, values: np.ndarray, queries: np.ndarray, default: np.ndarray | int,
-            keep: str = "first") -> np.ndarray:
-    """values[keys == q] for each query q (``default`` where absent), exact for int64 values."""
-    index = pd.Index(keys)
-    unique = ~index.duplicated(keep=keep)
-    pos = index[unique].get_indexer(queries)
-    return np.where(pos >= 0, np.asarray(values)[unique][np.maximum(pos, 0)] if unique.any() else default, default)
-
-
-def operation_at(events: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.ndarray:
-    """Symbol id of the innermost operation open on thread ``tids[i]`` at ``times[i]``; -1 for none
-    (or time -1). Operations of one thread and depth are disjoint, so each level is a binary search."""
-    out = np.full(len(times), -1, dtype=np.int64)
-    ops = events[events["kind"] == int(Kind.OPERATION)]
-    for (tid, _depth), level in ops.groupby(["tid", "depth"], sort=True):  # deeper levels overwrite
-        on = np.flatnonzero((tids == tid) & (times >= 0))
-        if len(on) == 0:
-            continue
-        level = level.sort_values("start_ns")
-        starts, ends = level["start_ns"].to_numpy(), level["end_ns"].to_numpy()
-        t = times[on]
-        idx = np.searchsorted(starts, t, side="right") - 1
-        hit = (idx >= 0) & (t < ends[np.maximum(idx, 0)])
-        out[on[hit]] = level["name"].cat.codes.to_numpy()[idx[hit]]
-    return out
+    return events, gpu
 
 
 def read_trace(directory: str | Path, drop_corrupt: bool = False) -> list[ProcessTrace]:

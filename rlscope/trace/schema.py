@@ -18,7 +18,7 @@ import enum
 import pyarrow as pa
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "UTILISATION_FILE"]
+           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS"]
 
 SCHEMA_VERSION = 1
 EVENTS_FILE = "events.arrows"
@@ -40,6 +40,12 @@ class Kind(enum.IntEnum):
     CUDA_SYNC = 9  # the CPU waiting for the GPU (stream/event/context synchronize); inside a CUDA_API call
     PROFILER_OVERHEAD = 10  # time CUPTI reports spending on itself (buffer flushes, instrumentation)
     PROFILER_WRITE = 11  # rlscope writing buffered events out, on the thread whose event filled the buffer
+
+
+# What keeps a GPU busy: kernels, copies, memsets.
+GPU_WORK_KINDS = (int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.GPU_MEMSET))
+# What a CUDA API call launches, and so is charged to the thread and operation that made the call.
+LAUNCHED_KINDS = (*GPU_WORK_KINDS, int(Kind.CUDA_SYNC))
 
 
 class Category(enum.IntEnum):
