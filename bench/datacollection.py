@@ -41,17 +41,18 @@ def emit(record: dict[str, Any]) -> None:
 
 def device_facts() -> dict[str, Any]:
     import cupy
-    import pynvml
+
+    from rlscope.nvidia import nvml
 
     props = cupy.cuda.runtime.getDeviceProperties(0)
-    pynvml.nvmlInit()
-    handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-    facts = {
-        "name": props["name"].decode(),
-        "sms": props["multiProcessorCount"],
-        "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
-        "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
-    }
+    with nvml() as pynvml:
+        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+        facts = {
+            "name": props["name"].decode(),
+            "sms": props["multiProcessorCount"],
+            "max_sm_clock_mhz": pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM),
+            "sm_clock_mhz": pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM),
+        }
     # Copy bandwidth, counting bytes read plus written (the ceiling METHOD.md asks to measure).
     a = cupy.empty(1 << 30, dtype=cupy.uint8)
     b = cupy.empty_like(a)

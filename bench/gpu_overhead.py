@@ -96,7 +96,7 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
     import rlscope
 
     if mode in RLSCOPE_MODES:
-        from rlscope.collect.cupti import ENV_API
+        from rlscope.collect.gpu_layers import ENV_API
 
         options, source = RLSCOPE_MODES[mode]
         os.environ[ENV_API] = source

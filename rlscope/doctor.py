@@ -18,6 +18,8 @@ import subprocess
 import sys
 from collections.abc import Callable
 
+from rlscope.nvidia import NvmlUnavailable, gpu_names_and_driver, nvml
+
 __all__ = ["Check", "run_checks", "failures", "SCALES"]
 
 SCALES = ("quick", "full")
@@ -96,7 +98,7 @@ print(json.dumps(out, default=str))
 
 
 def _gpu(probe: Callable[[], dict]) -> list[Check]:
-    from rlscope.collect.cupti import gpu_unavailable_reason
+    from rlscope.nvidia import gpu_unavailable_reason
 
     reason = gpu_unavailable_reason()
     if reason is not None:
@@ -116,34 +118,23 @@ def _gpu(probe: Callable[[], dict]) -> list[Check]:
 
 def _gpu_names() -> str:
     try:
-        import pynvml
-
-        pynvml.nvmlInit()
-        try:
-            names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                     for i in range(pynvml.nvmlDeviceGetCount())]
-            return f"{', '.join(map(str, names))}; driver {pynvml.nvmlSystemGetDriverVersion()}"
-        finally:
-            pynvml.nvmlShutdown()
-    except Exception:  # names are a nicety; the driver was found either way
+        names, driver = gpu_names_and_driver()
+    except NvmlUnavailable:  # names are a nicety; the driver was found either way
         return "present"
+    return f"{', '.join(names)}; driver {driver}"
 
 
 def _nvml() -> Check:
     try:
-        import pynvml
-    except ImportError:
-        return Check("NVML (utilisation)", False, "nvidia-ml-py not installed", "pip install 'rlscope[gpu]'", "full")
-    try:
-        pynvml.nvmlInit()
-        handle = pynvml.nvmlDeviceGetHandleByIndex(0)
-        try:
-            gpm = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
-        except (pynvml.NVMLError, AttributeError):
-            gpm = False
-        pynvml.nvmlShutdown()
-    except pynvml.NVMLError as err:
-        return Check("NVML (utilisation)", False, str(err), "check the NVIDIA driver", "full")
+        with nvml() as pynvml:
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            try:
+                gpm = bool(pynvml.nvmlGpmQueryDeviceSupport(handle).isSupportedDevice)
+            except (pynvml.NVMLError, AttributeError):  # GPM needs Hopper or later and a recent driver
+                gpm = False
+    except NvmlUnavailable as why:
+        fix = "pip install 'rlscope[gpu]'" if not why.installed else "check the NVIDIA driver"
+        return Check("NVML (utilisation)", False, str(why), fix, "full")
     return Check("NVML (utilisation)", True, "GPM SM activity " + ("available" if gpm else "not supported here"),
                  scale="full")
 
@@ -170,7 +161,7 @@ def _probe_cupti() -> dict:
 
 def run_checks(scale: str = "quick", probe: Callable[[], dict] = _probe_cupti) -> list[Check]:
     """Every check; the GPU ones too at ``full`` scale, or wherever a GPU is visible."""
-    from rlscope.collect.cupti import gpu_unavailable_reason
+    from rlscope.nvidia import gpu_unavailable_reason
 
     checks = [*_python(), *_native(), *_packages()]
     if scale == "full" or gpu_unavailable_reason() is None:

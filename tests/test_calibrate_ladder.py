@@ -11,7 +11,7 @@ import sys
 import pandas as pd
 import pytest
 
-from rlscope.collect.cupti import gpu_unavailable_reason
+from rlscope.nvidia import gpu_unavailable_reason
 from rlscope.errors import RlscopeError
 from tests.calibration_helpers import (
     calibration_of,
@@ -20,7 +20,7 @@ from tests.calibration_helpers import (
 
 @pytest.mark.skipif(gpu_unavailable_reason() is None, reason="a GPU is here: the probe would succeed")
 def test_a_failed_residual_probe_is_reported_with_its_log(tmp_path):
-    from rlscope.calibrate.ladder import measure_residual_run
+    from rlscope.calibrate.residual import measure_residual_run
 
     result, why = measure_residual_run(tmp_path / "residual", timeout_s=120)  # no GPU or libcupti here
     assert result is None and "exit code 1" in why and str(tmp_path / "residual" / "log.txt") in why
@@ -153,7 +153,7 @@ def test_bad_window_length_is_one_clear_error(tmp_path, cli_env):
 
 
 def test_a_cached_calibration_is_made_once_per_command_and_machine(tmp_path, monkeypatch):
-    import rlscope.calibrate.ladder as calibrate_module
+    import rlscope.calibrate.cache as calibrate_module
 
     made = []
 
@@ -182,7 +182,7 @@ def test_a_cached_calibration_is_made_once_per_command_and_machine(tmp_path, mon
 
 
 def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
-    import rlscope.calibrate.ladder as calibrate_module
+    import rlscope.calibrate.cache as calibrate_module
 
     def failing(command, output, progress=None, **options):
         output.mkdir(parents=True, exist_ok=True)

@@ -8,7 +8,7 @@ import sys
 import pytest
 
 from rlscope import doctor
-from rlscope.collect.cupti import gpu_unavailable_reason
+from rlscope.nvidia import gpu_unavailable_reason
 
 
 def rlscope_doctor(*args: str, env: dict[str, str]) -> subprocess.CompletedProcess[str]:
@@ -36,7 +36,7 @@ def test_on_a_gpu_machine_full_scale_is_ready(cli_env):
 
 
 def test_a_cupti_refusal_fails_full_scale_with_its_message(monkeypatch):
-    monkeypatch.setattr("rlscope.collect.cupti.gpu_unavailable_reason", lambda: None)
+    monkeypatch.setattr("rlscope.nvidia.gpu_unavailable_reason", lambda: None)
     refusal = {"status": "error", "reason": "CUPTI: insufficient privileges to trace the GPU ... run as root"}
     checks = doctor.run_checks("full", probe=lambda: refusal)
     (cupti,) = [c for c in checks if c.name.startswith("CUPTI tracing")]

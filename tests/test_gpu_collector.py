@@ -15,7 +15,8 @@ import pytest
 import rlscope
 from rlscope.analyze import analyze_trace
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
-from rlscope.collect import cupti
+from rlscope import nvidia
+from rlscope.collect import cupti, gpu_layers
 from rlscope.errors import RlscopeError
 from rlscope.analyze.attribution import attribute_gpu, read_attributed
 from rlscope.trace.reader import TraceWarning, read_process
@@ -28,7 +29,7 @@ FIXTURES = Path(__file__).parent / "fixtures" / "cupti"  # recorded on an H100 b
 def _load_cupti():
     native = pytest.importorskip("rlscope._cupti", reason="built without CUDA headers")
     try:
-        native.load(cupti.libcupti_candidates())
+        native.load(nvidia.libcupti_candidates())
     except RuntimeError as err:
         pytest.skip(f"no libcupti on this machine: {err}")
     return native
@@ -184,15 +185,15 @@ def test_utilisation_timeline_sets_nvml_against_kernel_union(tmp_path):
 
 @pytest.mark.parametrize(("value", "expected"), [
     (None, {"runtime", "driver", "kernels"}), (True, {"runtime", "driver", "kernels"}), ("0", set()), (False, set()),
-    ("runtime,kernels", {"runtime", "kernels"}), ("all", set(cupti.GPU_LAYERS)),
+    ("runtime,kernels", {"runtime", "kernels"}), ("all", set(gpu_layers.GPU_LAYERS)),
 ])
 def test_gpu_layers(value, expected):
-    assert cupti.parse_gpu_layers(value) == expected
+    assert gpu_layers.parse_gpu_layers(value) == expected
 
 
 def test_unknown_gpu_layer_is_named():
     with pytest.raises(RlscopeError, match=r"unknown layer\(s\) kernel;.*runtime, driver, kernels"):
-        cupti.parse_gpu_layers("runtime,kernel")
+        gpu_layers.parse_gpu_layers("runtime,kernel")
 
 
 def test_another_cupti_client_is_named(monkeypatch):
@@ -219,7 +220,7 @@ def test_other_cupti_failures_fall_back_to_cpu_only():
     assert collector.meta["status"] == "unavailable"
 
 
-@pytest.mark.skipif(cupti.gpu_unavailable_reason() is None, reason="this machine has a GPU")
+@pytest.mark.skipif(nvidia.gpu_unavailable_reason() is None, reason="this machine has a GPU")
 def test_without_a_gpu_profiling_goes_on_cpu_only_with_one_warning(tmp_path):
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
@@ -254,7 +255,7 @@ def test_an_install_without_cuda_headers_still_profiles(tmp_path, monkeypatch):
 
 def test_hidden_gpus_are_reported(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
-    assert "hides every GPU" in cupti.gpu_unavailable_reason()
+    assert "hides every GPU" in nvidia.gpu_unavailable_reason()
 
 
 def test_nvml_indices_follow_cuda_visible_devices(monkeypatch):

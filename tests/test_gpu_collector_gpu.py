@@ -77,7 +77,7 @@ def test_utilisation_is_sampled(tmp_path):
 
 def test_alternating_windows_switch_cuda_api_and_kernel_recording(tmp_path, monkeypatch):
     from rlscope.calibrate.spans import measure_windows
-    from rlscope.collect.cupti import QUERY_APIS
+    from rlscope.collect.gpu_layers import QUERY_APIS
 
     torch = pytest.importorskip("torch")
     x = torch.ones(1 << 16, device="cuda")
@@ -114,7 +114,7 @@ def test_recording_nothing_leaves_no_activity_kind_on_and_keeps_cupti_attached(t
     window and measured by none. CUPTI stays attached there: detaching at
     every switch crashed JAX processes. Only stopping detaches it, at the next API exit."""
     from rlscope import _cupti
-    from rlscope.collect.cupti import libcupti_candidates
+    from rlscope.nvidia import libcupti_candidates
 
     torch = pytest.importorskip("torch")
     x = torch.ones(16, device="cuda")
@@ -178,7 +178,7 @@ def test_api_calls_from_callbacks_match_the_activity_records(tmp_path, monkeypat
     """The same loop traced with API calls as activity records and through callbacks: the same
     calls (name by name), kernels, attribution, and call that launched each kernel."""
     torch = pytest.importorskip("torch")
-    from rlscope.collect.cupti import ENV_API
+    from rlscope.collect.gpu_layers import ENV_API
 
     x = torch.ones(1 << 16, device="cuda")
     torch.cuda.synchronize()

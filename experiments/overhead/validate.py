@@ -252,7 +252,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from rlscope.calibrate.spans import measure_windows
     from rlscope.calibrate.speed import speed_factor
     from rlscope.calibrate.window_costs import window_iteration
-    from rlscope.collect.cupti import gpu_unavailable_reason
+    from rlscope.nvidia import gpu_unavailable_reason
     from rlscope.collect.launch import run_profiled
     from rlscope.collect.windows import LEVELS, format_windows
     from rlscope.analyze.attribution import read_attributed

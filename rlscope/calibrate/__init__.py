@@ -9,7 +9,8 @@ from the operations where the events happened (``correct``).
 
 from rlscope.calibrate.correct import analyze_corrected, correct_breakdown, corrected_breakdown
 from rlscope.calibrate.estimate import derive_calibration
-from rlscope.calibrate.ladder import cached_calibration, calibrate, find_cached_calibration
+from rlscope.calibrate.cache import cached_calibration, find_cached_calibration
+from rlscope.calibrate.ladder import calibrate
 from rlscope.calibrate.model import CALIBRATION_FILE, Calibration, CalibrationError, CalibrationWarning
 
 __all__ = ["analyze_corrected", "calibrate", "cached_calibration", "find_cached_calibration", "derive_calibration",

@@ -24,11 +24,7 @@ are kept and used.
 
 from __future__ import annotations
 
-import hashlib
-import json
-import os
 import subprocess
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -44,10 +40,10 @@ from rlscope.calibrate.model import (
     STARTUP,
     WINDOWS,
     Calibration,
-    CalibrationError,
     event_counts,
     machine_fingerprint,
 )
+from rlscope.calibrate.residual import measure_residual_run
 from rlscope.calibrate.spans import (
     first_step_ns,
     iterating_process,
@@ -60,11 +56,9 @@ from rlscope.calibrate.window_costs import window_blocks
 from rlscope.collect.windows import LEVELS, format_windows
 from rlscope.errors import RlscopeError
 
-__all__ = ["calibrate", "cached_calibration", "find_cached_calibration", "calibration_cache_dir", "measure_run",
-           "measure_residual_run", "WINDOW_MS"]
+__all__ = ["calibrate", "measure_run", "WINDOW_MS"]
 
 WINDOW_MS = 10.0  # long enough for a few iterations of a fast loop, short against the machine's drift
-RESIDUAL_TIMEOUT_S = 300.0
 STARTUP_PAIRS = 3  # start-up pairs per repetition (``calibrate``'s ``startup_pairs``)
 MORE_RUNS_FACTOR = 4  # precision_pct adds runs up to this many times the repetitions asked for
 
@@ -92,12 +86,12 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
     ``precision_pct``: with alternating windows, add runs until a corrected
     iteration is uncertain to at most ± this many % (``correction_uncertainty_pct``), up to
     MORE_RUNS_FACTOR times ``repetitions`` runs. Why: a workload whose iterations outlast a
-    window gets one block per ~10 iterations (SB3 PPO on CUDA: 6 per run), too few for costs
-    that a check at ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs.
+    window gets one block per ~10 iterations, a few per run, too few for costs that a check at
+    ±5% can rely on; a fast CPU loop gets hundreds and needs no more runs.
 
     ``startup_pairs``: start-up pairs per repetition (0: the start-up's excess is not measured).
-    Each is one sample: 3 pairs from 3 repetitions left SB3 A2C's excess (~0.5 s) uncertain to
-    ±0.8 s, and one calibration put it below zero. Where a GPU is traced, pairs after the first
+    Each is one sample, and start-ups vary between processes by as much as the excess itself, so
+    a few pairs can leave it uncertain by more than its size. Where a GPU is traced, pairs after the first
     run to the end, for ``Calibration.continuous_ns`` (the first pair's profiled run is the
     alternating one).
 
@@ -106,11 +100,11 @@ def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool 
 
     ``extend``: add ``repetitions`` to the calibration already in ``output`` (same command, same
     machine) rather than start afresh, and derive the costs from all of its runs. Why: on a host
-    whose identical processes differ by 3-50%, the whole-run pairs behind ``continuous_ns`` need
-    more repetitions than one sitting (or one time-limited job) holds."""
-    from rlscope.collect.cupti import gpu_unavailable_reason
-    from rlscope.collect.launch import run_profiled
+    whose identical processes differ widely in wall time, the whole-run pairs behind
+    ``continuous_ns`` need more repetitions than one sitting (or one time-limited job) holds."""
     from rlscope.analyze.attribution import read_attributed
+    from rlscope.collect.launch import run_profiled
+    from rlscope.nvidia import gpu_unavailable_reason
 
     if not command:
         raise RlscopeError("no command given; usage: rlscope calibrate -- python train.py ARGS")
@@ -227,23 +221,6 @@ def _earlier_runs(output: Path, command: list[str], gpu: bool) -> tuple[list[dic
     return list(earlier.runs), 1 + max((r["repetition"] for r in earlier.runs), default=-1)
 
 
-def measure_residual_run(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
-    """Run ``python -m rlscope.calibrate.residual`` in ``run_dir``: its result, or None and
-    why it failed (with its log)."""
-    run_dir.mkdir(parents=True, exist_ok=True)
-    log, result = run_dir / "log.txt", run_dir / "residual.json"
-    with log.open("w") as out:
-        try:
-            code = subprocess.run([sys.executable, "-m", "rlscope.calibrate.residual", str(result)], stdout=out,
-                                  stderr=subprocess.STDOUT, timeout=min(timeout_s, RESIDUAL_TIMEOUT_S)).returncode
-        except subprocess.TimeoutExpired:
-            code = None
-    if code == 0 and result.exists():
-        return json.loads(result.read_text()), ""
-    why = "timed out" if code is None else f"exit code {code}"
-    return None, f"CUPTI residual probe: {why}; log: {log}"
-
-
 def _wants_more(uncertainty: float | None, plan: list[tuple[str, int]], precision_pct: float, rep: int,
                 repetitions: int, progress: Callable[[str], None]) -> bool:
     """Whether to add a run for ``precision_pct`` (only with alternating windows, within the cap),
@@ -259,50 +236,3 @@ def _wants_more(uncertainty: float | None, plan: list[tuple[str, int]], precisio
         return False
     progress(f"correction uncertain to {now} of an iteration, above --precision {precision_pct:g}%: one more run")
     return True
-
-
-def calibration_cache_dir() -> Path:
-    """Where ``cached_calibration`` keeps calibrations: ``$XDG_CACHE_HOME/rlscope/calibration``
-    (``~/.cache/...`` by default)."""
-    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rlscope" / "calibration"
-
-
-def _cache_path(identity: list[str], cache_dir: Path | None, options: dict[str, Any]) -> Path:
-    key = json.dumps({"workload": identity, "machine": machine_fingerprint(), "options": options}, sort_keys=True)
-    return (cache_dir or calibration_cache_dir()) / hashlib.sha256(key.encode()).hexdigest()[:16] / CALIBRATION_FILE
-
-
-def find_cached_calibration(identity: list[str], cache_dir: Path | None = None, **options: Any) -> Path | None:
-    """The ``calibration.json`` that ``cached_calibration`` made for this workload, machine,
-    rlscope version and ``options``, or None where there is none (or it is of another format)."""
-    path = _cache_path(identity, cache_dir, options)
-    if not path.exists():
-        return None
-    try:
-        Calibration.load(path)
-    except CalibrationError:
-        return None  # written by another rlscope version: calibrate afresh
-    return path
-
-
-def cached_calibration(identity: list[str], command: Callable[[], list[str]], cache_dir: Path | None = None,
-                       **options: Any) -> tuple[Calibration, Path]:
-    """The calibration of a workload on this machine and rlscope version with ``options`` (those
-    of ``calibrate``), made the first time it is asked for and reused after: a manifest's runs
-    that profile the same workload calibrate once. Returns it and its ``calibration.json``.
-
-    ``identity``: what tells workloads apart (their command, less what only sizes a run);
-    ``command``: makes the command to calibrate, called only when nothing is cached, so that a
-    length judged from a noisy timing does not make a new calibration each time.
-
-    Why a cache keyed by machine and version: per-event costs carry over between runs of one
-    workload on one machine, not to another machine or rlscope version (``check_fits`` warns)."""
-    path = _cache_path(identity, cache_dir, options)
-    if (found := find_cached_calibration(identity, cache_dir, **options)) is not None:
-        return Calibration.load(found), found
-    directory = path.parent
-    calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
-    if failures:
-        path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
-        raise RlscopeError("calibration runs failed: " + "; ".join(failures))
-    return calibration, path

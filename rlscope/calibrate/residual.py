@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import subprocess
 import sys
 import tempfile
 from collections.abc import Callable
@@ -30,13 +31,15 @@ from typing import Any
 import numpy as np
 
 from rlscope.calibrate.stats import median_ci95
-from rlscope.collect.cupti import QUERY_APIS, libcupti_candidates, nvidia_library_candidates
+from rlscope.collect.gpu_layers import QUERY_APIS
+from rlscope.nvidia import libcupti_candidates, nvidia_library_candidates
 from rlscope.errors import RlscopeError
 
-__all__ = ["measure_residual", "libcudart_candidates", "CYCLES", "CALLS"]
+__all__ = ["measure_residual", "measure_residual_run", "libcudart_candidates", "CYCLES", "CALLS"]
 
 CYCLES = 24  # detached / recorded probe pairs: enough for a distribution-free 95% interval of the median
-CALLS = 20000  # calls per probe: ~10-60 ms each, long against the clock, short against the machine's drift
+CALLS = 20000  # calls per probe: long against the clock's resolution, short against the machine's drift
+RESIDUAL_TIMEOUT_S = 300.0
 
 
 def libcudart_candidates() -> list[str]:
@@ -92,6 +95,23 @@ def measure_residual(cycles: int = CYCLES, calls: int = CALLS,
                         "detached_ns": float(np.median([d[name] for d in detached])),
                         "recorded_ns": float(np.median([r[name] for r in recorded]))}
     return {"probes": probes, "cycles": cycles, "calls": calls, "libcupti": library, "libcudart": cudart}
+
+
+def measure_residual_run(run_dir: Path, timeout_s: float) -> tuple[dict[str, Any] | None, str]:
+    """Run ``python -m rlscope.calibrate.residual`` in ``run_dir``: its result, or None and
+    why it failed (with its log)."""
+    run_dir.mkdir(parents=True, exist_ok=True)
+    log, result = run_dir / "log.txt", run_dir / "residual.json"
+    with log.open("w") as out:
+        try:
+            code = subprocess.run([sys.executable, "-m", "rlscope.calibrate.residual", str(result)], stdout=out,
+                                  stderr=subprocess.STDOUT, timeout=min(timeout_s, RESIDUAL_TIMEOUT_S)).returncode
+        except subprocess.TimeoutExpired:
+            code = None
+    if code == 0 and result.exists():
+        return json.loads(result.read_text()), ""
+    why = "timed out" if code is None else f"exit code {code}"
+    return None, f"CUPTI residual probe: {why}; log: {log}"
 
 
 def main() -> None:

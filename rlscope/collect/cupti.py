@@ -2,16 +2,16 @@
 
 The native module (``rlscope._cupti``, ``csrc/cupti``) decodes CUPTI activity buffers on
 CUPTI's own thread and writes rows to ``gpu.rows`` / ``gpu.names`` beside the process's events,
-so the GIL is never taken for GPU records. This module finds libcupti, decides whether a GPU
-is there at all, turns CUPTI's failures into messages a user can act on, and wires the
-operation recorder's enter/exit to CUPTI external correlation ids.
+so the GIL is never taken for GPU records. This module starts and stops that tracer (what it
+traces: ``gpu_layers``; where libcupti is and whether a GPU is there: ``rlscope.nvidia``), turns
+CUPTI's failures into messages a user can act on, and wires the operation recorder's enter/exit
+to CUPTI external correlation ids.
 
 A machine without a GPU is not an error: profiling goes on CPU-only with one warning.
 """
 
 from __future__ import annotations
 
-import ctypes
 import importlib
 import os
 import sys
@@ -21,68 +21,15 @@ from typing import Any
 
 from rlscope.collect.environment import ENV_GPU
 from rlscope.errors import RlscopeError
+from rlscope.collect.gpu_layers import DEFAULT_GPU_LAYERS, QUERY_APIS, api_source
+from rlscope.nvidia import ENV_LIBCUPTI, gpu_unavailable_reason, libcupti_candidates
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 
-__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "GPU_LAYERS", "QUERY_APIS",
-           "API_SOURCES", "ENV_API", "api_source", "parse_gpu_layers",
-           "libcupti_candidates", "nvidia_library_candidates", "gpu_unavailable_reason", "ENV_LIBCUPTI"]
+__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning"]
 
-ENV_LIBCUPTI = "RLSCOPE_LIBCUPTI"  # path of the libcupti to use
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
-# How CUDA API calls are recorded: "callbacks" (CUPTI's Callback API: the default, it costs the
-# traced loop less; docs/results/gpu-collector.md) or "activity" (activity records, as CUPTI's own
-# tracing does: what the callbacks are checked against).
-ENV_API = "RLSCOPE_CUPTI_API"
-API_SOURCES = ("callbacks", "activity")
-
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_ERROR_MULTIPLE_SUBSCRIBERS = 39
-
-
-# CUDA runtime API, driver API, GPU activity (kernels, copies, memsets); not by default: the
-# CPU's synchronisation waits as separate records ("sync") and API calls that only query
-# state ("queries", see QUERY_APIS).
-GPU_LAYERS = ("runtime", "driver", "kernels", "sync", "queries")
-DEFAULT_GPU_LAYERS = frozenset(("runtime", "driver", "kernels"))
-
-# Calls frameworks make around every launch that only read state. CUPTI spends about a
-# microsecond recording any API call, several times what these take, and they say nothing
-# about where time goes; their few hundred nanoseconds count as backend time instead.
-QUERY_APIS = (
-    "cudaGetDevice", "cudaSetDevice", "cudaGetLastError", "cudaPeekAtLastError", "cudaStreamIsCapturing",
-    "cudaStreamGetCaptureInfo", "cudaGetDeviceCount", "cudaDeviceGetAttribute", "cudaPointerGetAttributes",
-    "cudaGetDeviceProperties", "cudaFuncGetAttributes", "cudaDriverGetVersion", "cudaRuntimeGetVersion",
-    "cuCtxGetCurrent", "cuCtxSetCurrent", "cuCtxGetDevice", "cuCtxGetId", "cuDeviceGet", "cuDeviceGetAttribute",
-    "cuDeviceGetCount", "cuDevicePrimaryCtxGetState", "cuPointerGetAttribute", "cuPointerGetAttributes",
-    "cuStreamIsCapturing", "cuStreamGetCaptureInfo", "cuStreamGetCtx", "cuKernelGetName", "cuKernelGetFunction",
-    "cuLibraryGetKernel", "cuFuncGetAttribute", "cuGetProcAddress", "cuGetErrorString", "cuDriverGetVersion",
-)
-
-
-def api_source() -> str:
-    """How this process records CUDA API calls ($RLSCOPE_CUPTI_API, default "callbacks")."""
-    source = os.environ.get(ENV_API, "callbacks")
-    if source not in API_SOURCES:
-        raise RlscopeError(f"{ENV_API}={source!r}: use one of {', '.join(API_SOURCES)}")
-    return source
-
-
-def parse_gpu_layers(value: bool | str | None) -> frozenset[str]:
-    """What to trace on the GPU side: ``True``/``"1"``/None the default (runtime, driver,
-    kernels), ``"all"`` also the query calls, ``False``/``"0"`` nothing, or a comma-separated
-    subset of runtime, driver, kernels, sync, queries (e.g. "runtime,kernels")."""
-    if value is None or value is True or value == "1":
-        return DEFAULT_GPU_LAYERS
-    if value == "all":
-        return frozenset(GPU_LAYERS)
-    if value is False or value in ("0", ""):
-        return frozenset()
-    layers = frozenset(v.strip() for v in str(value).split(",") if v.strip())
-    unknown = sorted(layers - set(GPU_LAYERS))
-    if unknown:
-        raise RlscopeError(f"GPU tracing {value!r}: unknown layer(s) {', '.join(unknown)}; use 0, 1, or a comma-"
-                           f"separated subset of {', '.join(GPU_LAYERS)}, or all (in {ENV_GPU} or profile(gpu=...))")
-    return layers
 
 
 class GpuCollectorError(RlscopeError):
@@ -91,58 +38,6 @@ class GpuCollectorError(RlscopeError):
 
 class GpuUnavailableWarning(UserWarning):
     """No GPU collection in this process (no GPU, no driver, no libcupti); CPU profiling goes on."""
-
-
-def nvidia_library_candidates(stem: str, wheel_dirs: tuple[str, ...], toolkit_dirs: tuple[str, ...]) -> list[str]:
-    """Where the NVIDIA library ``stem`` (``libcupti``, ``libcudart``) may be, best first: the
-    nvidia-* wheels on ``sys.path`` (the copies torch and jax load), the CUDA toolkit, then the
-    loader's search path."""
-    paths: list[str] = []
-    for entry in sys.path:
-        base = Path(entry or ".") / "nvidia"
-        for sub in wheel_dirs:
-            paths += sorted(str(p) for p in (base / sub).glob(f"{stem}.so*"))
-    for home in filter(None, (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda")):
-        for sub in toolkit_dirs:
-            paths += sorted(str(p) for p in (Path(home) / sub).glob(f"{stem}.so.*"))
-    paths += [f"{stem}.so.13", f"{stem}.so.12", f"{stem}.so"]
-    return list(dict.fromkeys(paths))
-
-
-def libcupti_candidates() -> list[str]:
-    """Where libcupti may be, best first: $RLSCOPE_LIBCUPTI, then ``nvidia_library_candidates``
-    (the nvidia-cuda-cupti wheel, the CUDA toolkit, the loader's search path)."""
-    found = nvidia_library_candidates("libcupti", ("cu13/lib", "cuda_cupti/lib"),
-                                      ("lib64", "extras/CUPTI/lib64", "lib"))
-    return list(dict.fromkeys(filter(None, [os.environ.get(ENV_LIBCUPTI), *found])))
-
-
-def gpu_unavailable_reason() -> str | None:
-    """Why this process cannot have GPU activity, or None if a GPU and driver are there.
-
-    Asks NVML, not CUDA: initialising CUDA here would break workloads that fork after
-    profiling starts and use the GPU only in the children.
-    """
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
-    if visible is not None and visible.strip() in ("", "-1"):
-        return f"CUDA_VISIBLE_DEVICES={visible!r} hides every GPU"
-    try:
-        ctypes.CDLL("libcuda.so.1")
-    except OSError:
-        return "no NVIDIA driver (libcuda.so.1 not found)"
-    try:
-        nvml = ctypes.CDLL("libnvidia-ml.so.1")
-    except OSError:
-        return None  # a driver without NVML (unusual): let CUPTI decide
-    count = ctypes.c_uint(0)
-    if nvml.nvmlInit_v2() != 0:
-        return "the NVIDIA driver did not initialise (nvmlInit failed)"
-    try:
-        if nvml.nvmlDeviceGetCount_v2(ctypes.byref(count)) != 0 or count.value == 0:
-            return "no NVIDIA GPU found"
-    finally:
-        nvml.nvmlShutdown()
-    return None
 
 
 def _likely_culprit() -> str:
@@ -214,9 +109,9 @@ class GpuCollector:
 
     def record(self, api: bool, gpu: bool) -> None:
         """Stop or resume recording CUDA API calls and GPU activities (calibration's alternating
-        windows); recording neither turns every activity kind off and keeps CUPTI attached,
-        since detaching it at every switch crashed JAX processes. Only the layers started with
-        come back."""
+        windows); recording neither turns every activity kind off and keeps CUPTI attached:
+        detaching and attaching it again at every switch is not safe in JAX processes. Only the
+        layers started with come back."""
         if self._tracer is not None:
             self._tracer.record(api=api, gpu=gpu)
 

@@ -14,9 +14,9 @@ GPU is mostly idle.
 The thread wakes every ``interval_s`` (2 s) and fetches every utilisation sample the driver took
 since the last wake (``nvmlDeviceGetSamples``), each with its own time, instead of asking for the
 current value ten times a second. Why: the sampler runs throughout a profiled process, so
-whatever it does to the workload is in every calibration window and measured by none; a thread
-polling NVML ten times a second visibly moves a CUDA launch-and-synchronise loop. Twenty times
-fewer wake-ups leave less of that, and the driver's samples come at its own rate. GPM's SM
+whatever it does to the workload is in every calibration window and measured by none, and a
+thread that polls NVML often perturbs a CUDA launch-and-synchronise loop. Rare wake-ups leave
+less of that, and the driver's samples come at its own rate. GPM's SM
 utilisation is a difference of two snapshots, so it comes per wake.
 """
 
@@ -28,6 +28,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from rlscope.nvidia import NvmlUnavailable, open_nvml
 from rlscope.trace.schema import UTILISATION_FILE
 
 __all__ = ["UtilisationSampler", "visible_nvml_indices"]
@@ -68,14 +69,14 @@ class UtilisationSampler:
 
     def start(self) -> bool:
         try:
-            import pynvml
-        except ImportError:
-            self.meta.update(status="unavailable", reason="nvidia-ml-py not installed (pip install 'rlscope[gpu]')")
+            pynvml = open_nvml()
+        except NvmlUnavailable as why:
+            self.meta.update(status="unavailable", reason=str(why))
             return False
         try:
-            pynvml.nvmlInit()
             indices = visible_nvml_indices(pynvml)
         except pynvml.NVMLError as err:
+            pynvml.nvmlShutdown()
             self.meta.update(status="unavailable", reason=f"NVML: {err}")
             return False
         self._nvml = pynvml

@@ -19,7 +19,8 @@ from rlscope._version import __version__
 from rlscope import _hotpath, recorder
 from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
                                          ENV_WINDOWS)
-from rlscope.collect.cupti import GpuCollector, parse_gpu_layers
+from rlscope.collect.cupti import GpuCollector
+from rlscope.collect.gpu_layers import parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
 from rlscope.collect.windows import AlternatingWindows, parse_windows

@@ -16,6 +16,8 @@ from collections.abc import Callable, Iterator, Mapping, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from typing import Protocol, TypeVar
 
+from rlscope.nvidia import NvmlUnavailable, nvml
+
 __all__ = ["Executor", "LocalExecutor", "visible_gpus"]
 
 Run = TypeVar("Run")
@@ -39,16 +41,9 @@ def visible_gpus() -> list[str]:
     if env is not None:
         return [g for g in (x.strip() for x in env.split(",")) if g and g != "-1"]
     try:
-        import pynvml  # nvidia-ml-py, optional: absent on CPU-only installs
-    except ImportError:
-        return []
-    try:
-        pynvml.nvmlInit()
-        try:
+        with nvml() as pynvml:
             return [str(i) for i in range(pynvml.nvmlDeviceGetCount())]
-        finally:
-            pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
+    except NvmlUnavailable:
         return []
 
 

@@ -9,6 +9,7 @@ import subprocess
 from pathlib import Path
 
 from rlscope._version import __version__
+from rlscope.nvidia import NvmlUnavailable, gpu_names_and_driver
 
 __all__ = ["environment", "PACKAGES"]
 
@@ -44,19 +45,7 @@ def _commit(repo: Path | None) -> str:
 def _gpu() -> str:
     """Every visible GPU's name and the driver version, from NVML; why not, where it cannot say."""
     try:
-        import pynvml
-    except ImportError:
-        return "unknown (nvidia-ml-py not installed)"
-    try:
-        pynvml.nvmlInit()
-    except pynvml.NVMLError as err:
-        return f"none visible (NVML: {err})"
-    try:
-        names = [pynvml.nvmlDeviceGetName(pynvml.nvmlDeviceGetHandleByIndex(i))
-                 for i in range(pynvml.nvmlDeviceGetCount())]
-        driver = pynvml.nvmlSystemGetDriverVersion()
-    finally:
-        pynvml.nvmlShutdown()
-    names = [n.decode() if isinstance(n, bytes) else n for n in names]
-    driver = driver.decode() if isinstance(driver, bytes) else driver
+        names, driver = gpu_names_and_driver()
+    except NvmlUnavailable as why:
+        return "unknown (nvidia-ml-py not installed)" if not why.installed else f"none visible ({why})"
     return f"{', '.join(names) or 'none'}; driver {driver}"
