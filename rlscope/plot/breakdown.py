@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import matplotlib.pyplot as plt
 import numpy as np
 import pandas as pd
@@ -9,12 +11,23 @@ from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
 
-__all__ = ["time_breakdown", "transition_counts", "stack_label", "STACK_ORDER", "LAYER_COLORS"]
+__all__ = ["time_breakdown", "transition_counts", "stack_label", "stack_layers", "STACK_ORDER", "LAYER_COLORS"]
 
 # Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
 STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "Profiler", "CPU + GPU", "GPU")
 LAYER_COLORS = {"Python": "#4c72b0", "Simulator": "#8172b2", "Backend": "#55a868", "CUDA API": "#c44e52",
                 "Profiler": "#8c8c8c", "CPU + GPU": "#dd8452", "GPU": "#937860"}
+
+
+def stack_layers(ax: Any, table: pd.DataFrame, x: Any) -> np.ndarray:
+    """A bar per row of ``table`` at ``x``, its layer columns stacked in ``STACK_ORDER`` and coloured
+    as ``LAYER_COLORS`` (each figure of layers looks the same); returns the bars' heights."""
+    bottom = np.zeros(len(table))
+    for layer in STACK_ORDER:
+        if layer in table:
+            ax.bar(x, table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
+            bottom += table[layer].to_numpy()
+    return bottom
 
 
 def _ordered(operations: pd.Index) -> list[str]:
@@ -44,11 +57,7 @@ def time_breakdown(breakdown: pd.DataFrame, title: str = "") -> Figure:
     for ax, (label, group) in zip(axes[0], panels):
         table = group.pivot_table(index="operation", columns="stack", values="time_s", aggfunc="sum", fill_value=0)
         table = table.loc[_ordered(table.sum(axis=1).sort_values(ascending=False).index)]
-        bottom = np.zeros(len(table))
-        for layer in STACK_ORDER:
-            if layer in table:
-                ax.bar(table.index, table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
-                bottom += table[layer].to_numpy()
+        bottom = stack_layers(ax, table, table.index)
         total = bottom.sum()
         for x, height in enumerate(bottom):
             ax.text(x, height, f"{100 * height / total:.0f}%", ha="center", va="bottom", fontsize=8)

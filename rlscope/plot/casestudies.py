@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
-from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
+from rlscope.plot.breakdown import STACK_ORDER, stack_layers
 from rlscope.plot.render import note_skipped, shared_legend
 
 __all__ = ["casestudy_breakdown", "casestudy_time", "casestudy_transitions", "survey_columns", "WORKLOAD"]
@@ -118,11 +118,7 @@ def _stacked_layers(ok: pd.DataFrame, value: str, scale: float, order: list[str]
         group = ok[ok["operation"] == operation]
         table = group.pivot_table(index=WORKLOAD, columns="layer", values=value, aggfunc="mean", fill_value=0)
         table = table.groupby(level=0).sum().reindex(order, fill_value=0) * scale
-        bottom = np.zeros(len(table))
-        for layer in STACK_ORDER:
-            if layer in table:
-                ax.bar(np.arange(len(order)), table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
-                bottom += table[layer].to_numpy()
+        bottom = stack_layers(ax, table, np.arange(len(order)))
         for x, height in enumerate(bottom):
             ax.text(x, height, fmt.format(height), ha="center", va="bottom", fontsize=7)
         ax.set_title(operation if operation != UNANNOTATED else "outside operations", fontsize=9)

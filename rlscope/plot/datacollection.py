@@ -8,12 +8,11 @@ from collections.abc import Mapping
 from typing import Any
 
 import matplotlib.pyplot as plt
-import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
+from rlscope.plot.breakdown import stack_layers
 from rlscope.plot.render import note_skipped
 from rlscope.plot.throughput import backend_label, backend_palette
 
@@ -44,11 +43,7 @@ def breakdown_vs_fused_steps(results: pd.DataFrame, meta: Mapping[str, Any]) -> 
                                   aggfunc="mean", fill_value=0).sort_index()
         shares = table.div(table.sum(axis=1), axis=0) * 100
         labels = [str(k) for k in shares.index]
-        bottom = np.zeros(len(shares))
-        for layer in STACK_ORDER:
-            if layer in shares:
-                ax.bar(labels, shares[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
-                bottom += shares[layer].to_numpy()
+        stack_layers(ax, shares, labels)
         per_step = table.sum(axis=1) / table.index.to_numpy()
         for x, seconds in enumerate(per_step):
             ax.text(x, 101, f"{seconds * 1e6:.0f} µs/step", ha="center", va="bottom", fontsize=7, rotation=90)

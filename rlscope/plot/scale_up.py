@@ -14,7 +14,7 @@ from matplotlib.figure import Figure
 
 from rlscope.analyze.gpu import GPU_BOUND, NVML_MEASURES
 from rlscope.analyze.overlap import UNANNOTATED
-from rlscope.plot.breakdown import LAYER_COLORS, STACK_ORDER
+from rlscope.plot.breakdown import STACK_ORDER, stack_layers
 from rlscope.plot.render import note_skipped, shared_legend
 
 __all__ = ["scale_up_gpu", "scale_up_breakdown"]
@@ -85,11 +85,7 @@ def scale_up_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
         # Mean over the role's processes (all actors of a run), then over repetitions.
         per_process = group.groupby(["workers", "process", "layer"])["share"].mean().unstack("layer", fill_value=0)
         table = per_process.groupby("workers").mean().reindex(order, fill_value=0) * 100
-        bottom = np.zeros(len(order))
-        for layer in STACK_ORDER:
-            if layer in table:
-                ax.bar(np.arange(len(order)), table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
-                bottom += table[layer].to_numpy()
+        stack_layers(ax, table, np.arange(len(order)))
         ax.set_xticks(np.arange(len(order)), [str(m) for m in order])
         who = "learner" if role == "learner" else "actor (mean)"
         ax.set_title(f"{who}: {operation if operation != UNANNOTATED else 'outside operations'}", fontsize=9)
