@@ -98,7 +98,7 @@ def add_residual(costs: dict[str, float], ci: dict[str, float | None], probes: d
 
     Why: the windows' cost is the profiled windows' time less the unprofiled windows', and those
     follow a recording, so they pay the residual as well; a profiled process, against an
-    uninstrumented one, pays it on every call (SB3 PPO on CUDA: corrected runs +5-10% without it)."""
+    uninstrumented one, pays it on every call, so without it GPU workloads are under-corrected."""
     found = probes.get(RESIDUAL_PROBE)
     if found is None or "cuda_api" not in costs:
         return costs, ci, None, None

@@ -137,10 +137,9 @@ def correction_uncertainty_pct(runs: list[list[list[float]]], ci95_ns: dict[str,
     per iteration. None without blocks, or where an event type that happens has a cost without
     an interval.
 
-    Why: this, not the number of blocks, says whether a calibration can resolve a few % at all.
-    SB3 PPO on CUDA (~160 ms iterations, 6 blocks per run) had its CUDA API cost to ±0.35 µs in
-    one calibration of 48 blocks and to ±1.5 µs in another, and its windows check missed by -12%
-    in the second."""
+    Why: this, not the number of blocks, says whether a calibration can resolve a few % at all:
+    two calibrations of one slow workload with as many blocks can pin its costs to very different
+    precision (measured in docs/results/overhead.md)."""
     tops = [block[max(block)] for windows in runs for block in window_blocks(windows)]
     if not tops:
         return None

@@ -1,9 +1,9 @@
 """Alternating windows: one run that switches rlscope's layers on and off as it goes.
 
-Whole runs of one workload differ by 10-50% in wall time on a shared machine, which swamps
-what a layer costs. Within one process the machine's speed drifts slowly (successive 6 ms
-stretches of a CartPole loop correlate at 0.8), so comparing stretches a few milliseconds apart
-cancels the drift that comparing runs suffers from. Calibration and its validation therefore
+Whole runs of one workload differ widely in wall time on a shared machine, which swamps what a
+layer costs. Within one process the machine's speed drifts slowly (successive stretches of a
+few milliseconds are strongly correlated: docs/results/overhead.md), so comparing stretches a
+few milliseconds apart cancels the drift that comparing runs suffers from. Calibration and its validation therefore
 switch layers at iteration boundaries (``rlscope.step()``) in windows of at least ``window_ms``:
 
 - ``off``: annotations are no-ops exactly as in an unprofiled process, and the transition
