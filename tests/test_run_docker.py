@@ -303,3 +303,15 @@ def test_no_command_at_a_terminal_opens_an_interactive_shell(recorded, monkeypat
     assert run_docker.main(["--gpus", "none", "--no-build"], client=FakeClient()) == 7
     (run,) = recorded["exec"]
     assert run[-3:] == ["-it", "rlscope:cpu", "bash"]
+
+
+
+@pytest.mark.parametrize(("code", "summary", "passed"), [
+    (0, "351 passed, 47 skipped, 2 xfailed in 1102.82s (0:18:22)", True),
+    (1, "1 failed, 350 passed in 900.00s", False),
+    (1, "350 passed, 2 errors in 900.00s", False),
+    (0, "", False),  # no closing line: nothing is known to have passed
+    (5, "no tests ran in 0.01s", False),
+])
+def test_the_container_suite_passes_only_with_tests_run_and_none_failed(code, summary, passed):
+    assert container_test.suite_passed(code, summary) is passed
