@@ -78,6 +78,19 @@ def test_recorded_trace_exports_gpu_tracks_with_their_operation(tmp_path):
     assert {e.get("cat") for e in events} >= {"cuda_runtime", "gpu_memcpy", "overhead", "ac2g"}
 
 
+def test_a_trace_read_without_attribution_is_refused_by_the_export_and_attributed_by_the_analysis():
+    from rlscope.analyze import analyze_processes, analyze_trace
+    from rlscope.errors import TraceError
+    from rlscope.trace.perfetto import to_chrome_trace
+    from rlscope.trace.reader import read_trace
+
+    raw = read_trace(FIXTURES / "trace")
+    assert raw[0].gpu is not None
+    with pytest.raises(TraceError, match="not attributed"):
+        to_chrome_trace(raw)
+    assert analyze_processes(raw)["gpu"].equals(analyze_trace(FIXTURES / "trace")["gpu"])
+
+
 MAIN_TID = 0x7F00_1234_5678  # like pthread_self(): wider than CUPTI's 32-bit thread ids
 
 

@@ -125,7 +125,8 @@ private:
         case CUPTI_ACTIVITY_KIND_CONCURRENT_KERNEL: {
             auto *k = reinterpret_cast<CUpti_ActivityKernel10 *>(record);
             if (!finished(k->start, k->end)) { ++stats.incomplete; return; }
-            // tid and operation are filled in by the reader from the launching API call.
+            // tid and operation are filled in by the analysis (rlscope.analyze.attribution) from the
+            // launching API call.
             const char *name = k->name;
             if (kernel_names) name = next_kernel_ < kernel_names->size() ? (*kernel_names)[next_kernel_++].c_str() : nullptr;
             push(rows, kGpuKernel, k->deviceId, 0, k->streamId, k->start, k->end,
@@ -152,7 +153,7 @@ private:
             if (!finished(a->start, a->end)) { ++stats.incomplete; return; }
             const bool driver = record->kind == CUPTI_ACTIVITY_KIND_DRIVER;
             // category: 0 runtime API, 1 driver API. tid: low 32 bits of pthread_self(), as
-            // CUPTI reports it; the reader maps it back to the thread's Python ident.
+            // CUPTI reports it; the analysis maps it back to the thread's Python ident.
             push(rows, kCudaApi, driver ? 1 : 0, a->threadId, 0, a->start, a->end, api_name(driver, a->cbid),
                  a->correlationId, -1);
             return;

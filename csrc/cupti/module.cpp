@@ -7,7 +7,7 @@
 // thread -> buffer_completed() decodes each record into int64 rows laid out like
 // rlscope.trace.schema.ROW_FIELDS -> full chunks are written with write(2) to
 // <trace>/gpu.rows (raw N x 9 int64), new names appended to <trace>/gpu.names. The Python
-// reader joins them with the process's events. Timestamps come from CLOCK_MONOTONIC through
+// analysis (rlscope.analyze.attribution) joins them with the process's events. Timestamps come from CLOCK_MONOTONIC through
 // cuptiActivityRegisterTimestampCallback: the clock of time.perf_counter_ns and of the
 // CPU-side collectors, so no conversion is needed later.
 //

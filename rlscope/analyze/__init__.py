@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlscope.analyze.attribution import read_attributed
+from rlscope.analyze.attribution import attribute_gpu, read_attributed
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.errors import ResultsError
@@ -31,6 +31,7 @@ def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
     """Every table over ``processes``: breakdown, transitions, gpu (work per operation) and
     utilisation (GPU-bound vs NVML over time); the last two are empty for a trace without GPU
     activity."""
+    processes = [attribute_gpu(p) for p in processes]  # a no-op for processes read with read_attributed
     tables = [analyze_process(p) for p in processes]
     return {
         "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),

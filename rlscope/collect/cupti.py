@@ -20,8 +20,8 @@ from pathlib import Path
 from typing import Any
 
 from rlscope.collect.environment import ENV_GPU
-from rlscope.errors import RlscopeError
 from rlscope.collect.gpu_layers import DEFAULT_GPU_LAYERS, QUERY_APIS, api_source
+from rlscope.errors import RlscopeError
 from rlscope.nvidia import ENV_LIBCUPTI, gpu_unavailable_reason, libcupti_candidates
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 

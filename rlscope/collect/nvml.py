@@ -16,8 +16,8 @@ since the last wake (``nvmlDeviceGetSamples``), each with its own time, instead 
 current value ten times a second. Why: the sampler runs throughout a profiled process, so
 whatever it does to the workload is in every calibration window and measured by none, and a
 thread that polls NVML often perturbs a CUDA launch-and-synchronise loop. Rare wake-ups leave
-less of that, and the driver's samples come at its own rate. GPM's SM
-utilisation is a difference of two snapshots, so it comes per wake.
+less of that, and the driver's samples come at its own rate. GPM's SM utilisation is a
+difference of two snapshots, so it comes per wake.
 """
 
 from __future__ import annotations

@@ -15,8 +15,8 @@ import time
 from collections.abc import Mapping
 from pathlib import Path
 
-from rlscope._version import __version__
 from rlscope import _hotpath, recorder
+from rlscope._version import __version__
 from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
                                          ENV_WINDOWS)
 from rlscope.collect.cupti import GpuCollector

@@ -15,6 +15,7 @@ from typing import Any
 
 import numpy as np
 
+from rlscope.errors import TraceError
 from rlscope.files import write_atomic
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import GPU_WORK_KINDS, Category, Kind
@@ -93,7 +94,10 @@ def _process_events(trace: ProcessTrace, base_ns: int) -> list[dict[str, Any]]:
 
 
 def to_chrome_trace(processes: list[ProcessTrace]) -> dict[str, Any]:
-    """The trace-event JSON object; times in microseconds from the first process's start."""
+    """The trace-event JSON object; times in microseconds from the first process's start.
+    ``processes`` must have their GPU work attributed (``rlscope.analyze.read_attributed``)."""
+    if any(p.gpu is not None for p in processes):
+        raise TraceError("GPU rows not attributed: read the trace with rlscope.analyze.read_attributed")
     base = min(int(p.meta["start_ns"]) for p in processes)
     events: list[dict[str, Any]] = []
     for process in processes:

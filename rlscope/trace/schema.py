@@ -8,7 +8,8 @@ on disk the same columns are narrowed and ``name`` is dictionary-encoded.
 copies, memsets) it holds the CUDA stream, ``category`` the device, and ``tid`` the thread
 that launched them. GPU-side rows (CUDA API calls and later kinds) are written by the native
 CUPTI collector to ``gpu.rows`` (raw int64 rows in this layout) with their names in
-``gpu.names``; the reader merges them into the process's events.
+``gpu.names``; the reader returns them as recorded and ``rlscope.analyze.attribution`` joins
+them with the process's events.
 """
 
 from __future__ import annotations
