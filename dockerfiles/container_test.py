@@ -31,11 +31,9 @@ Needs root where it must install or start Docker, or switch to another uid; Pyth
 from __future__ import annotations
 
 import argparse
-import contextlib
 import datetime
 import json
 import os
-import platform
 import re
 import shutil
 import signal
@@ -43,9 +41,10 @@ import subprocess
 import sys
 import tempfile
 import time
-import tomllib
-from collections.abc import Iterator
 from pathlib import Path
+
+from container_results import machine, pytest_summary, render, suite_passed
+from docker_engine import LOCAL_BASE, REGISTRY_BASE, Failed, base_image, docker_cli, docker_engine, log, sh
 
 REPO = Path(__file__).resolve().parent.parent
 RESULTS_JSON = REPO / "docs" / "results" / "container.json"
@@ -54,139 +53,9 @@ OUTPUT = REPO / "output" / "container-test"
 # What the image is made from and how it is used: a change here makes --if-changed run the test.
 INPUTS = ["dockerfiles", ".dockerignore", "run_docker.py", "requirements.deploy.txt", "Makefile", "pyproject.toml",
           "CMakeLists.txt", "csrc", "experiments/run_manifest.sh", "experiments/experiment_*.sh"]
-LOCAL_BASE = "rlscope-base:trixie"
-REGISTRY_BASE = "debian:trixie"
 EXPERIMENT = "kernel_fusion"
 GPU_IMPORTS = ("import rlscope._cupti, cupy, jax, brax, pynvml, torch; "
                "print('_cupti', rlscope._cupti.__file__); print('jax', jax.__version__, 'torch', torch.__version__)")
-
-
-class Failed(Exception):
-    """A step that did not do what it must; the message says which and why."""
-
-
-def log(message: str) -> None:
-    print(f"[container-test {time.strftime('%H:%M:%S')}] {message}", flush=True)
-
-
-def sh(line: list[str], timeout: float = 600, check: bool = True, **kwargs) -> subprocess.CompletedProcess:
-    done = subprocess.run(line, capture_output=True, text=True, timeout=timeout, **kwargs)
-    if check and done.returncode != 0:
-        raise Failed(f"`{' '.join(line)}` exited {done.returncode}: {(done.stderr or done.stdout).strip()[-800:]}")
-    return done
-
-
-def apt_install(*packages: str) -> None:
-    if os.geteuid() != 0:
-        raise Failed(f"{', '.join(packages)} missing and this is not root: install them (apt-get install -y "
-                     f"{' '.join(packages)}) or run as root")
-    log(f"installing {' '.join(packages)} with apt")
-    sh(["apt-get", "update", "-qq"], timeout=900)
-    sh(["apt-get", "install", "-y", "-qq", *packages], timeout=1800,
-       env={**os.environ, "DEBIAN_FRONTEND": "noninteractive"})
-
-
-def buildkit_cli() -> str:
-    """A docker CLI that can build with BuildKit (buildx, or a CLI older than 23, which has it built
-    in); empty when there is none."""
-    candidates = [c for c in (os.environ.get("RLSCOPE_DOCKER"), shutil.which("docker"), "/usr/bin/docker") if c]
-    for cli in dict.fromkeys(candidates):
-        if not Path(cli).exists():
-            continue
-        if sh([cli, "buildx", "version"], check=False).returncode == 0:
-            return cli
-        version = sh([cli, "version", "--format", "{{.Client.Version}}"], check=False).stdout.strip()
-        if re.match(r"(1\d|2[0-2])\.", version):
-            return cli
-    return ""
-
-
-def docker_cli() -> str:
-    """A BuildKit-capable docker CLI, installing Debian's docker.io (and docker-buildx where the
-    distribution ships BuildKit apart) when there is none."""
-    cli = buildkit_cli()
-    if not cli:
-        apt_install("docker.io")
-        cli = buildkit_cli()
-    if not cli:
-        apt_install("docker-buildx")
-        cli = buildkit_cli()
-    if not cli:
-        raise Failed("no docker CLI here can build with BuildKit, even after installing docker.io and docker-buildx")
-    return cli
-
-
-@contextlib.contextmanager
-def docker_engine(cli: str, data_root: Path | None, uid: int) -> Iterator[tuple[str, bool]]:
-    """``(DOCKER_HOST, started here)``: the engine already reachable, or a private ``dockerd``."""
-    if not data_root and sh([cli, "info"], check=False, timeout=60).returncode == 0:
-        yield os.environ.get("DOCKER_HOST", ""), False
-        return
-    if shutil.which("dockerd") is None:
-        apt_install("docker.io")
-    with tempfile.TemporaryDirectory(prefix="rlscope-dockerd-") as tmp:
-        root = data_root or Path(tmp) / "data"
-        socket = Path(tmp) / "docker.sock"
-        log(f"starting dockerd on {socket} (data root {root})")
-        with open(Path(tmp) / "dockerd.log", "w") as daemon_log:
-            daemon = subprocess.Popen(["dockerd", "--host", f"unix://{socket}", "--data-root", str(root),
-                                       "--exec-root", f"{tmp}/exec", "--pidfile", f"{tmp}/docker.pid",
-                                       "--iptables=false", "--bridge=none"],
-                                      stdout=daemon_log, stderr=subprocess.STDOUT)
-        host = f"unix://{socket}"
-        try:
-            for _ in range(120):
-                if socket.exists() and sh([cli, "-H", host, "info"], check=False).returncode == 0:
-                    break
-                if daemon.poll() is not None:
-                    daemon_output = (Path(tmp) / "dockerd.log").read_text()[-800:]
-                    raise Failed(f"dockerd exited {daemon.returncode}: {daemon_output}")
-                time.sleep(0.5)
-            else:
-                raise Failed("dockerd did not answer within 60 s")
-            os.chown(socket, uid, -1)  # the test's uid uses this private engine, nobody else
-            Path(tmp).chmod(0o711)  # through a directory it may cross, not read
-            yield host, data_root is None
-        finally:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-            unmount_below(Path(tmp))
-            log("dockerd stopped")
-
-
-def unmount_below(directory: Path) -> None:
-    """Unmount what a stopped dockerd left mounted under ``directory`` (its network namespace),
-    so that the directory can be removed."""
-    mounts = [line.split()[1] for line in Path("/proc/mounts").read_text().splitlines()]
-    for point in sorted((m for m in mounts if m.startswith(f"{directory}/")), reverse=True):
-        subprocess.run(["umount", "-l", point], capture_output=True)
-
-
-def base_image(cli: str, wanted: str | None) -> str:
-    """The base image to build on; made with debootstrap when no registry serves one."""
-    if wanted:
-        return wanted
-    for name in (LOCAL_BASE, REGISTRY_BASE):
-        if sh([cli, "image", "inspect", name], check=False).returncode == 0:
-            return name
-    log(f"pulling {REGISTRY_BASE}")
-    try:
-        if sh([cli, "pull", REGISTRY_BASE], check=False, timeout=300).returncode == 0:
-            return REGISTRY_BASE
-    except subprocess.TimeoutExpired:
-        log(f"pulling {REGISTRY_BASE} took over 300 s")
-    if shutil.which("debootstrap") is None:
-        apt_install("debootstrap")
-    log(f"no registry serves {REGISTRY_BASE}: making {LOCAL_BASE} with debootstrap")
-    with tempfile.TemporaryDirectory(prefix="rlscope-base-") as tmp:
-        sh(["debootstrap", "--variant=minbase", "trixie", tmp, "http://deb.debian.org/debian"], timeout=1800)
-        tar = subprocess.Popen(["tar", "-C", tmp, "-c", "."], stdout=subprocess.PIPE)
-        sh([cli, "import", "-", LOCAL_BASE], stdin=tar.stdout, timeout=600)
-        tar.wait()
-    return LOCAL_BASE
 
 
 def copy_checkout(target: Path, uid: int, gid: int) -> None:
@@ -239,22 +108,6 @@ class User:
             code, _, output = self.run(step, checkout, logs / "deploy-venv.log", 900)
             if code != 0:
                 raise Failed(f"`{' '.join(step)}` exited {code}: {output[-800:]}")
-
-
-def pytest_summary(output: str) -> str:
-    """pytest's closing line, e.g. ``310 passed, 44 skipped in 458.1s``."""
-    lines = [line.strip("= ") for line in output.splitlines() if re.search(r"\d+ (passed|failed|error)", line)]
-    return lines[-1] if lines else ""
-
-
-def suite_passed(code: int, summary: str) -> bool:
-    """pytest exited 0 and its closing line counts tests run and none failed or in error
-    ("xfailed", expected failures, are not failures)."""
-    return code == 0 and "passed" in summary and re.search(r"\b\d+ (failed|errors?)\b", summary) is None
-
-
-def requires_python() -> str:
-    return tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["requires-python"]
 
 
 def owned_by_others(root: Path, uid: int) -> list[str]:
@@ -396,56 +249,6 @@ class Session:
                    all(r["host_exit"] == 0 and r["container_exit"] == 0 for r in rounds),
                    "; ".join(f"round {i}: host exit {r['host_exit']}, container exit {r['container_exit']}"
                              for i, r in enumerate(rounds, 1)))
-
-
-def machine() -> str:
-    memory = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES") / 2**30
-    return f"{platform.machine()}, {os.cpu_count()} cores, {memory:.0f} GiB, {platform.platform()}"
-
-
-def render(results: dict) -> str:
-    """docs/results/container.md from the recorded measurements (never typed by hand)."""
-    gib = 2**30
-
-    def measured(key: str, form: str) -> str:
-        return form.format(results[key]) if key in results else "not measured (see the checks)"
-
-    cache = "empty build cache" if results["cold_cache"] else "the engine's build cache as it was"
-    rows = [(f"CPU image: first build ({cache})", measured("cold_build_s", "{:.0f} s")),
-            ("CPU image: rebuild after a Python-only change", measured("warm_rebuild_s", "{:.0f} s")),
-            ("CPU image: size", f"{results['cpu_image_bytes'] / gib:.1f} GiB" if "cpu_image_bytes" in results
-             else measured("cpu_image_bytes", ""))]
-    if "gpu_build_s" in results:
-        rows += [("GPU image: build (the CPU image's layers and pip cache warm)", f"{results['gpu_build_s']:.0f} s"),
-                 ("GPU image: size", f"{results['gpu_image_bytes'] / gib:.1f} GiB")]
-    if "make_test" in results:
-        test = results["make_test"]
-        rows.append((f"`make test` in the container (Python {results.get('container_python', '?')})",
-                     f"{test['summary'] or 'exit ' + str(test['exit'])} ({test['seconds']:.0f} s)"))
-    if "experiment" in results:
-        rows.append((f"`{results['experiment']['script']} quick` in the container",
-                     f"exit {results['experiment']['exit']} ({results['experiment']['seconds']:.0f} s)"))
-    if "artifacts_quick" in results:
-        art = results["artifacts_quick"]
-        names = ", ".join(Path(m).stem for m in art["manifests"])
-        times = "; ".join(f"{r['container_s']:.0f} s / {r['host_s']:.0f} s" for r in art["rounds"])
-        rows.append((f"`rlscope run` at quick scale ({names}): container / host, {len(art['rounds'])} rounds "
-                     f"alternating on the same machine", f"median {art['median_ratio']:.2f}x, range "
-                     f"{art['min_ratio']:.2f}-{art['max_ratio']:.2f}x ({times})"))
-    lines = ["# The container, built and used on a real Docker engine", "",
-             "Generated by `python dockerfiles/container_test.py --record` from `container.json` beside this page;",
-             "do not edit by hand.", "",
-             f"- Date: {results['date']}; commit `{results['commit'][:10]}`; command: `{results['command']}`",
-             f"- Machine: {results['machine']}; Docker engine {results['engine']}",
-             f"- Base image: `{results['base']}` (Debian trixie from debootstrap where no registry serves one); "
-             f"torch: `{results['torch']}`", "",
-             "| what | measured |", "| --- | --- |", *[f"| {what} | {value} |" for what, value in rows], "",
-             "Checks (all run as a non-root uid through `python run_docker.py`):", "",
-             *[f"- {'pass' if check['ok'] else 'FAIL'}: {name}" for name, check in results["checks"].items()]]
-    if results.get("gpu_doctor"):
-        lines += ["", "`rlscope doctor` in the GPU image, on this machine without a GPU:", "", "```text",
-                  *results["gpu_doctor"], "```"]
-    return "\n".join(lines) + "\n"
 
 
 def parse(argv: list[str] | None) -> argparse.Namespace:

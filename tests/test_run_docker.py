@@ -17,7 +17,7 @@ from tests.conftest import REPO
 
 sys.path.insert(0, str(REPO))
 sys.path.insert(0, str(REPO / "dockerfiles"))
-import container_test  # noqa: E402
+import container_results  # noqa: E402
 import run_docker  # noqa: E402
 
 docker = pytest.importorskip("docker")
@@ -289,13 +289,13 @@ def test_the_container_results_page_is_generated_from_its_data():
     if not recorded.exists():
         pytest.skip("no container test recorded yet (python dockerfiles/container_test.py --record)")
     data = json.loads(recorded.read_text())
-    assert container_test.render(data) == (REPO / "docs" / "results" / "container.md").read_text()
+    assert container_results.render(data) == (REPO / "docs" / "results" / "container.md").read_text()
 
 
 def test_the_container_test_reads_pytests_closing_line():
     output = "tests/test_x.py ....\n===== 310 passed, 44 skipped in 458.10s (0:07:38) =====\n"
-    assert container_test.pytest_summary(output) == "310 passed, 44 skipped in 458.10s (0:07:38)"
-    assert container_test.pytest_summary("ERROR: no tests ran\n") == ""
+    assert container_results.pytest_summary(output) == "310 passed, 44 skipped in 458.10s (0:07:38)"
+    assert container_results.pytest_summary("ERROR: no tests ran\n") == ""
 
 
 def test_no_command_at_a_terminal_opens_an_interactive_shell(recorded, monkeypatch):
@@ -314,4 +314,4 @@ def test_no_command_at_a_terminal_opens_an_interactive_shell(recorded, monkeypat
     (5, "no tests ran in 0.01s", False),
 ])
 def test_the_container_suite_passes_only_with_tests_run_and_none_failed(code, summary, passed):
-    assert container_test.suite_passed(code, summary) is passed
+    assert container_results.suite_passed(code, summary) is passed
