@@ -12,7 +12,7 @@ from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.errors import ResultsError
 from rlscope.files import write_atomic
-from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.reader import ProcessTrace, read_trace
 
 __all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_tables", "read_tables", "breakdown",
            "transitions", "ANALYSIS_DIR", "TABLES"]
@@ -24,14 +24,14 @@ TABLES = ("breakdown", "transitions", "gpu", "utilisation")
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
     """Every table over every process of the trace at ``directory`` (``analyze_processes``);
     ``drop_corrupt``: analyse the chunks before a corrupt one rather than stop at it."""
-    return analyze_processes(read_attributed(directory, drop_corrupt=drop_corrupt))
+    return analyze_processes(read_trace(directory, drop_corrupt=drop_corrupt))
 
 
 def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
     """Every table over ``processes``: breakdown, transitions, gpu (work per operation) and
     utilisation (GPU-bound vs NVML over time); the last two are empty for a trace without GPU
     activity."""
-    processes = [attribute_gpu(p) for p in processes]  # a no-op for processes read with read_attributed
+    processes = [attribute_gpu(p) for p in processes]  # once; a no-op for processes already attributed
     tables = [analyze_process(p) for p in processes]
     return {
         "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
