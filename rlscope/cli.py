@@ -93,13 +93,15 @@ def _assignments(texts: tuple[str, ...]) -> dict[str, Any]:
     """``NAME=VALUE`` pairs, each VALUE read as YAML reads a manifest's (numbers, true/false, text)."""
     import yaml
 
+    from rlscope.harness.manifest import read_yaml_value
+
     out: dict[str, Any] = {}
     for text in texts:
         name, sep, raw = text.partition("=")
         if not sep or not name.strip():
             raise click.BadParameter(f"{text!r} is not NAME=VALUE (e.g. device=cuda)", param_hint="--set")
         try:
-            value = yaml.safe_load(raw) if raw.strip() else ""
+            value = read_yaml_value(raw) if raw.strip() else ""
         except yaml.YAMLError:
             value = raw
         if not isinstance(value, (str, int, float, bool)):

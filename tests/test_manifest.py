@@ -162,3 +162,52 @@ def test_set_over_several_manifests_leaves_those_without_the_parameter_alone() -
         else:
             assert after == before
     assert sum("device" in m.params for m in on_gpu) >= len(on_gpu) - 1  # only overhead_correction picks per workload
+
+
+@pytest.mark.parametrize("text, expected", [
+    ("figures: [[a]]", ["m.yaml:14:", "'figures.0'", "unknown figure a list"]),
+    ("exclude: [{nope: 1}]", ["m.yaml:13:", "'exclude.0.nope'", "not a grid parameter", "excludes nothing"]),
+    ("exclude: [{mod: a}]", ["did you mean 'mode'?"]),
+    ("params: {sleep_s: 0, x: 2}", ["x appear in both params and grid"]),
+    ("params: {sleep_s: fast}", ["'params.sleep_s'", "text 'fast'", "parameter 'sleep_s'", "valid number"]),
+    ("params: {sleep_s: 0, speed: 2}", ["'params.speed'", "takes no parameter 'speed'", "it takes: x,"]),
+])
+def test_what_the_workload_and_figures_cannot_use_is_refused_at_its_line(tmp_path: Path, text: str,
+                                                                          expected: list[str]) -> None:
+    base = GOOD.replace("figures: []\n", "") if text.startswith("figures") else GOOD
+    base = base.replace("exclude:\n  - {x: 3, mode: b}\n", "") if text.startswith("exclude") else base
+    base = base.replace("params: {sleep_s: 0}\n", "") if text.startswith("params") else base
+    msg = error_for(tmp_path, base.rstrip("\n") + "\n" + text + "\n")
+    for part in expected:
+        assert part in msg, (part, msg)
+
+
+def test_a_workload_parameter_without_default_must_be_set(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("  x: [1, 2, 3]\n", "").replace("{x: 3, mode: b}", "{mode: b}")
+                    .replace("grid: {x: [1]}", "grid: {mode: [a]}"))
+    assert "needs 'x'" in msg and "neither params nor grid" in msg
+
+
+def test_a_figure_drawn_over_a_parameter_the_manifest_lacks_is_refused(tmp_path: Path) -> None:
+    msg = error_for(tmp_path, GOOD.replace("figures: []", "figures: [throughput_vs_envs]"))
+    assert "'figures.0'" in msg and "backend, num_envs" in msg and "add them to params or grid" in msg
+
+
+def test_a_manifest_that_is_not_utf8_is_one_message(tmp_path: Path) -> None:
+    path = tmp_path / "m.yaml"
+    path.write_bytes(GOOD.encode() + b"# caf\xe9\n")
+    with pytest.raises(ManifestError, match=r"m.yaml:15: not UTF-8 text"):
+        load_manifest(path, "full")
+
+
+def test_exponent_numbers_are_numbers_as_in_yaml_1_2(tmp_path: Path) -> None:
+    m = load_manifest(write(tmp_path, GOOD.replace("{sleep_s: 0}", "{sleep_s: 1e-3}")), "full")
+    assert m.params["sleep_s"] == 0.001
+
+
+def test_values_that_spell_alike_get_distinct_run_ids(tmp_path: Path) -> None:
+    m = load_manifest(write(tmp_path, GOOD.replace("mode: [a, b]", "mode: ['a b', a_b, a-b]")
+                            .replace("{x: 3, mode: b}", "{x: 3}")), "quick")
+    ids = [p.run_id for p in m.points()]
+    assert len(set(ids)) == len(ids) == 3
+    assert all(i.startswith("x-1__mode-a_b__") for i in ids)

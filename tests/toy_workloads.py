@@ -18,7 +18,8 @@ class OutOfMemoryError(RuntimeError):
 
 
 def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, crash_on: int = -1,
-         skip_on: int = -1, fail_on_call: int = -1, hang_on_call: int = -1, oom_on: int = -1) -> dict[str, float]:
+         skip_on: int = -1, fail_on_call: int = -1, hang_on_call: int = -1, oom_on: int = -1,
+         mode: str = "") -> dict[str, float]:
     """Return x squared; on request raise, run out of (GPU) memory, sleep past any timeout, SIGKILL
     itself, or skip: for one x (``*_on``) or on the worker's Nth call, i.e. its Nth repetition
     (``*_on_call``, from 1)."""

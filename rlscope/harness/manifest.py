@@ -2,7 +2,10 @@
 
 A manifest is parsed once into frozen dataclasses; every mistake a user can make is reported as
 one :class:`~rlscope.errors.ManifestError` naming the file, the line and the field, what was
-found and what is allowed. Example::
+found and what is allowed. The file's schema is ``rlscope.harness.manifest_schema``; beyond it,
+a manifest is checked against its workload (the parameters its function takes, their types,
+and the values its module's ``check_params`` accepts) and against its figures (the parameters
+each is drawn over). Example::
 
     experiment: gpu_vectorization
     workload: experiments.datacollection.collect:data_collection
@@ -18,44 +21,31 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import hashlib
 import importlib
+import inspect
 import itertools
 import re
+import typing
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
 import yaml
+from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
 from rlscope.errors import ManifestError
+from rlscope.harness.manifest_schema import SCALES, ManifestFile, YamlLoader, first_error, kind_of
+from rlscope.plot import FIGURES
 
-__all__ = ["Manifest", "GridPoint", "load_manifest", "with_overrides", "SCALES"]
+__all__ = ["Manifest", "GridPoint", "load_manifest", "with_overrides", "SCALES", "read_yaml_value"]
 
-SCALES = ("quick", "full")
 Scalar = str | int | float | bool
-
-_TOP_FIELDS = {
-    "experiment": "name of the experiment; output goes to OUTPUT/<experiment>/ (letters, digits, _ and -)",
-    "description": "one sentence shown in figures and reports",
-    "workload": "'module:function' called once per run and repetition with the run's parameters",
-    "params": "mapping of fixed parameters passed to every run",
-    "grid": "mapping of parameter -> list of values; runs are the cartesian product",
-    "exclude": "list of mappings parameter -> value or list of values; matching grid points are skipped",
-    "repetitions": "integer >= 1: timed repetitions of each run",
-    "timeout_s": "number > 0: seconds before a run is killed",
-    "figures": "list of figure names drawn from results.csv",
-    "scales": "mapping quick/full -> overrides of params, grid, exclude, repetitions, timeout_s",
-}
-_REQUIRED = ("experiment", "workload", "grid")
-_SCALE_FIELDS = ("params", "grid", "exclude", "repetitions", "timeout_s")
-_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_-]*$")
-_WORKLOAD = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
-_PARAM = re.compile(r"^[A-Za-z_]\w*$")
 
 
 @dataclasses.dataclass(frozen=True)
 class GridPoint:
-    """One run of a sweep: the parameters it gets and a readable, stable identifier."""
+    """One run of a sweep: the parameters it gets and a readable identifier, unique in its sweep."""
 
     run_id: str
     params: Mapping[str, Scalar]
@@ -78,13 +68,23 @@ class Manifest:
     scale: str
 
     def points(self) -> Iterator[GridPoint]:
-        """Expand the grid in manifest order, dropping excluded points."""
+        """Expand the grid in manifest order, dropping excluded points.
+
+        A run id spells the point's values; values that spell alike (``a b`` and ``a_b``, ``1``
+        and ``"1"``) get a short hash of their exact values added, so no two runs share a directory."""
         keys = list(self.grid)
+        points = []
         for values in itertools.product(*(self.grid[k] for k in keys)):
             point = dict(zip(keys, values))
-            if any(all(point.get(k) in allowed for k, allowed in rule.items()) for rule in self.exclude):
+            if any(all(_matches(point.get(k), allowed) for k, allowed in rule.items()) for rule in self.exclude):
                 continue
-            run_id = "__".join(f"{k}-{_slug(v)}" for k, v in point.items()) or "default"
+            points.append(point)
+        ids = ["__".join(f"{k}-{_slug(v)}" for k, v in point.items()) or "default" for point in points]
+        clashes = {run_id for run_id in ids if ids.count(run_id) > 1}
+        for run_id, point in zip(ids, points):
+            if run_id in clashes:
+                exact = repr(sorted((k, type(v).__name__, v) for k, v in point.items()))
+                run_id += "__" + hashlib.sha256(exact.encode()).hexdigest()[:8]
             yield GridPoint(run_id=run_id, params={**self.params, **point})
 
     def to_json(self) -> dict[str, Any]:
@@ -96,6 +96,31 @@ class Manifest:
         data["figures"] = list(self.figures)
         return data
 
+    @classmethod
+    def from_json(cls, data: Any, source: Path) -> Manifest:
+        """The manifest an ``experiment.json`` holds; ``ManifestError`` naming the field if it is not one."""
+        try:
+            manifest = _EXPERIMENT_JSON.validate_python(data)
+        except ValidationError as err:
+            loc, problem = first_error(err)
+            field = ".".join(map(str, loc))
+            raise ManifestError(f"{source}: {f'field {field!r}: ' if field else ''}{problem}; "
+                                f"it is written by `rlscope run`: run the manifest again") from err
+        return dataclasses.replace(manifest, path=Path(manifest.path))
+
+
+def _matches(value: Any, allowed: tuple[Scalar, ...]) -> bool:
+    """Whether ``value`` is one of ``allowed``: 1 matches 1.0, but true is not 1."""
+    return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
+
+
+_EXPERIMENT_JSON = TypeAdapter(Manifest)
+
+
+def read_yaml_value(text: str) -> Any:
+    """One value as a manifest's YAML reads it (``--set NAME=VALUE``)."""
+    return yaml.load(text, Loader=YamlLoader)
+
 
 def load_manifest(path: str | Path, scale: str = "quick") -> Manifest:
     """Read, validate and resolve a manifest at ``scale``; raise ManifestError on any mistake."""
@@ -103,18 +128,97 @@ def load_manifest(path: str | Path, scale: str = "quick") -> Manifest:
     if scale not in SCALES:
         raise ManifestError(f"unknown scale {scale!r}; use one of: {', '.join(SCALES)}")
     try:
-        text = path.read_text()
+        raw = path.read_bytes()
     except OSError as err:
         raise ManifestError(f"{path}: cannot read manifest ({err.strerror}); check the path") from err
     try:
-        root = yaml.compose(text, Loader=yaml.SafeLoader)
-        data = yaml.safe_load(text)
+        text = raw.decode("utf-8")
+    except UnicodeDecodeError as err:
+        line = raw[:err.start].count(b"\n") + 1
+        raise ManifestError(f"{path}:{line}: not UTF-8 text (byte {err.start}); a manifest is a YAML text file, "
+                            f"saved as UTF-8") from err
+    try:
+        root = yaml.compose(text, Loader=YamlLoader)
+        data = yaml.load(text, Loader=YamlLoader)
     except yaml.YAMLError as err:
         mark = getattr(err, "problem_mark", None)
         where = f"{path}:{mark.line + 1}" if mark else str(path)
         problem = getattr(err, "problem", None) or str(err)
         raise ManifestError(f"{where}: not valid YAML ({problem}); fix the syntax at that line") from err
-    return _Validator(path, root).manifest(data, scale)
+    lines = _Lines(path, root)
+    if not isinstance(data, dict):
+        raise lines.fail((), f"a manifest is a mapping of fields, got {kind_of(data)}; "
+                             f"start from configs/gpu_vectorization.yaml")
+    try:
+        spec = ManifestFile.model_validate(data)
+    except ValidationError as err:
+        raise lines.fail(*first_error(err)) from err
+    return _resolve(spec, scale, lines)
+
+
+def _resolve(spec: ManifestFile, scale: str, lines: _Lines) -> Manifest:
+    """The manifest at ``scale``, checked against its workload and its figures."""
+    params = dict(spec.params)
+    grid = {k: tuple(v) for k, v in spec.grid.items()}
+    exclude, repetitions, timeout_s = spec.exclude, spec.repetitions, spec.timeout_s
+    override = spec.scales.get(scale)
+    origin: dict[str, tuple[Any, ...]] = {name: ("params", name) for name in params}
+    origin.update({name: ("grid", name) for name in grid})
+    if override is not None:
+        params.update(override.params)
+        grid.update({k: tuple(v) for k, v in override.grid.items()})
+        origin.update({name: ("scales", scale, "params", name) for name in override.params})
+        origin.update({name: ("scales", scale, "grid", name) for name in override.grid})
+        exclude = override.exclude if override.exclude is not None else exclude
+        repetitions = override.repetitions or repetitions
+        timeout_s = override.timeout_s or timeout_s
+    overlap = sorted(set(params) & set(grid))
+    if overlap:
+        raise lines.fail(("params",), f"{', '.join(overlap)} appear in both params and grid; keep each in one place")
+    where_exclude = ("scales", scale, "exclude") if override is not None and override.exclude is not None else ("exclude",)
+    # A rule names a grid parameter of some scale (the quick grid may lack one the full grid has);
+    # its values may be ones no grid lists, so that a rule still holds for `--set NAME=VALUE`.
+    known: dict[str, list[Scalar]] = {name: list(values) for name, values in spec.grid.items()}
+    for other in spec.scales.values():
+        for name, values in other.grid.items():
+            known.setdefault(name, []).extend(values)
+    rules = []
+    for i, rule in enumerate(exclude):
+        checked = {}
+        for name, value in rule.items():
+            values = tuple(value) if isinstance(value, list) else (value,)
+            if name not in known:
+                hint = difflib.get_close_matches(name, list(known), n=1)
+                raise lines.fail(where_exclude + (i, name),
+                                 f"{name!r} is not a grid parameter{f' (did you mean {hint[0]!r}?)' if hint else ''}, "
+                                 f"so this rule excludes nothing; the grid's parameters: {', '.join(known)}")
+            checked[name] = values
+        rules.append(checked)
+    for i, name in enumerate(spec.figures):
+        absent = [p for p in FIGURES[name].params if p not in params and p not in grid]
+        if absent:
+            raise lines.fail(("figures", i), f"figure {name!r} is drawn over {', '.join(absent)}, which this "
+                                             f"manifest does not set; add {'it' if len(absent) == 1 else 'them'} "
+                                             f"to params or grid, or drop the figure")
+    manifest = Manifest(
+        path=lines.path, experiment=spec.experiment, description=spec.description, workload=spec.workload,
+        params=params, grid=grid, exclude=tuple(rules), repetitions=repetitions, timeout_s=float(timeout_s),
+        figures=tuple(spec.figures), scale=scale,
+    )
+    check = _WorkloadCheck(spec.workload)
+    for name in [*params, *grid]:
+        if (problem := check.unknown(name)) is not None:
+            raise lines.fail(origin[name], problem)
+    for name, value in params.items():
+        if (problem := check(name, value)) is not None:
+            raise lines.fail(origin[name], problem)
+    for name, values in grid.items():
+        for i, value in enumerate(values):
+            if (problem := check(name, value)) is not None:
+                raise lines.fail(origin[name] + (i,), problem)
+    if (problem := check.missing(set(params) | set(grid))) is not None:
+        raise lines.fail(("params",), problem)
+    return manifest
 
 
 def with_overrides(manifests: list[Manifest], overrides: Mapping[str, Scalar]) -> list[Manifest]:
@@ -132,7 +236,7 @@ def with_overrides(manifests: list[Manifest], overrides: Mapping[str, Scalar]) -
 
 def _override(manifest: Manifest, overrides: Mapping[str, Scalar]) -> Manifest:
     params, grid = dict(manifest.params), dict(manifest.grid)
-    check = _workload_check(manifest.workload) if overrides else None
+    check = _WorkloadCheck(manifest.workload) if overrides else None
     for name, value in overrides.items():
         where = f"{manifest.path}: --set {name}={value}"
         if name in params:
@@ -149,39 +253,80 @@ def _override(manifest: Manifest, overrides: Mapping[str, Scalar]) -> Manifest:
     return dataclasses.replace(manifest, params=params, grid=grid) if overrides else manifest
 
 
-def _workload_check(workload: str) -> Callable[[str, Scalar], str | None] | None:
-    """The workload module's ``check_params(name, value) -> problem or None``, where it offers one
-    (an environment id that does not exist, with a did-you-mean). A module that cannot be imported
-    here is left to the runner, which says what is missing."""
-    try:
-        return getattr(importlib.import_module(workload.partition(":")[0]), "check_params", None)
-    except ImportError:
+class _WorkloadCheck:
+    """What a workload accepts: the parameters its function takes, of the types it annotates, and
+    the values its module's ``check_params(name, value) -> problem or None`` allows (an environment
+    id that does not exist, with a did-you-mean). A workload that cannot be imported here (a GPU
+    library this machine lacks) is left to the runner, which says what is missing."""
+
+    def __init__(self, workload: str) -> None:
+        module_name, _, function_name = workload.partition(":")
+        self.workload = workload
+        self.check_params: Callable[[str, Scalar], str | None] | None = None
+        self.signature: inspect.Signature | None = None
+        self.types: dict[str, TypeAdapter[Any]] = {}
+        try:
+            module = importlib.import_module(module_name)
+        except ImportError:
+            return
+        self.check_params = getattr(module, "check_params", None)
+        function = getattr(module, function_name, None)
+        if not callable(function):
+            return  # the runner's resolve_workload says so, naming what the module has
+        try:
+            self.signature = inspect.signature(function)
+            hints = typing.get_type_hints(function)
+        except (TypeError, ValueError, NameError):
+            return
+        strict = ConfigDict(strict=True)
+        for name in self.signature.parameters:
+            if name in hints:
+                try:
+                    self.types[name] = TypeAdapter(hints[name], config=strict)
+                except PydanticSchemaGenerationError:  # a type pydantic cannot check: the workload checks it
+                    continue
+
+    def _takes_any(self) -> bool:
+        return self.signature is None or any(p.kind is p.VAR_KEYWORD for p in self.signature.parameters.values())
+
+    def unknown(self, name: str) -> str | None:
+        """Why the workload takes no parameter ``name``, or None where it does."""
+        if self._takes_any() or name in self.signature.parameters:  # type: ignore[union-attr]
+            return None
+        takes = list(self.signature.parameters)  # type: ignore[union-attr]
+        hint = difflib.get_close_matches(name, takes, n=1)
+        return (f"workload {self.workload} takes no parameter {name!r}"
+                f"{f' (did you mean {hint[0]!r}?)' if hint else ''}; it takes: {', '.join(takes)}")
+
+    def __call__(self, name: str, value: Scalar) -> str | None:
+        """Why ``name=value`` is not something the workload takes, or None."""
+        if (problem := self.unknown(name)) is not None:
+            return problem
+        adapter = self.types.get(name)
+        if adapter is not None:
+            try:
+                adapter.validate_python(value)
+            except ValidationError as err:
+                wanted = err.errors(include_url=False)[0]["msg"].replace("Input should be", "should be")
+                return f"{kind_of(value)} does not fit workload {self.workload}'s parameter {name!r}: {wanted}"
+        if self.check_params is not None:
+            return self.check_params(name, value)
         return None
 
-
-def _slug(value: Scalar) -> str:
-    text = str(value).lower() if isinstance(value, bool) else str(value)
-    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "empty"
-
-
-def _kind(value: Any) -> str:
-    if value is None:
-        return "nothing"
-    if isinstance(value, bool):
-        return f"boolean {value}"
-    if isinstance(value, (int, float)):
-        return f"number {value}"
-    if isinstance(value, str):
-        return f"text {value!r}"
-    if isinstance(value, list):
-        return "a list"
-    if isinstance(value, dict):
-        return "a mapping"
-    return type(value).__name__
+    def missing(self, given: set[str]) -> str | None:
+        """Why the parameters ``given`` leave one the workload needs unset, or None."""
+        if self.signature is None:
+            return None
+        needed = [n for n, p in self.signature.parameters.items()
+                  if p.default is p.empty and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY) and n not in given]
+        if not needed:
+            return None
+        return (f"workload {self.workload} needs {', '.join(map(repr, needed))}, which neither params nor grid sets; "
+                f"add {'it' if len(needed) == 1 else 'them'}")
 
 
-class _Validator:
-    """Checks plain data from safe_load, looking up line numbers in the composed node tree."""
+class _Lines:
+    """Where a field is in the manifest's text: line numbers from the composed YAML node tree."""
 
     def __init__(self, path: Path, root: yaml.Node | None) -> None:
         self.path = path
@@ -189,185 +334,27 @@ class _Validator:
 
     def fail(self, where: tuple[Any, ...], message: str) -> ManifestError:
         field = ".".join(str(p) for p in where)
-        prefix = f"{self.path}:{self._line(where)}"
-        return ManifestError(f"{prefix}: {f'field {field!r}: ' if field else ''}{message}")
+        return ManifestError(f"{self.path}:{self.line(where)}: {f'field {field!r}: ' if field else ''}{message}")
 
-    def _line(self, where: tuple[Any, ...]) -> int:
+    def line(self, where: tuple[Any, ...]) -> int:
         node = self.root
         for part in where:
             if isinstance(node, yaml.MappingNode):
-                match = next((v for k, v in node.value if k.value == part), None)
+                match = next(((k, v) for k, v in node.value if k.value == str(part)), None)
                 if match is None:
                     break
-                node = match
+                key, node = match
+                if part == where[-1] and isinstance(node, (yaml.MappingNode, yaml.SequenceNode)) and not node.value:
+                    node = key
             elif isinstance(node, yaml.SequenceNode) and isinstance(part, int) and part < len(node.value):
                 node = node.value[part]
             else:
                 break
         return node.start_mark.line + 1 if node is not None else 1
 
-    def _key_line(self, where: tuple[Any, ...], key: str) -> int:
-        node = self.root
-        for part in where:
-            node = next((v for k, v in node.value if k.value == part), node)
-        for k, _ in getattr(node, "value", []):
-            if getattr(k, "value", None) == key:
-                return k.start_mark.line + 1
-        return self._line(where)
 
-    def check_keys(self, where: tuple[Any, ...], data: dict, allowed: Mapping[str, str] | tuple[str, ...]) -> None:
-        for key in data:
-            if key not in allowed:
-                hint = difflib.get_close_matches(str(key), list(allowed), n=1)
-                did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
-                where_text = f" in {'.'.join(map(str, where))}" if where else ""
-                raise ManifestError(
-                    f"{self.path}:{self._key_line(where, key)}: unknown field {key!r}{where_text}{did_you_mean}; "
-                    f"allowed fields: {', '.join(allowed)}"
-                )
+def _slug(value: Scalar) -> str:
+    text = str(value).lower() if isinstance(value, bool) else str(value)
+    return re.sub(r"[^A-Za-z0-9.]+", "_", text).strip("_") or "empty"
 
-    def manifest(self, data: Any, scale: str) -> Manifest:
-        self._scale = scale
-        if not isinstance(data, dict):
-            raise self.fail((), f"a manifest is a mapping of fields, got {_kind(data)}; "
-                                f"start from configs/gpu_vectorization.yaml")
-        self.check_keys((), data, _TOP_FIELDS)
-        for key in _REQUIRED:
-            if key not in data:
-                raise self.fail((), f"missing required field {key!r} ({_TOP_FIELDS[key]})")
-        experiment = self.text(("experiment",), data["experiment"])
-        if not _NAME.match(experiment):
-            raise self.fail(("experiment",),
-                            f"{experiment!r} is not a usable directory name; {_TOP_FIELDS['experiment']}")
-        workload = self.text(("workload",), data["workload"])
-        if not _WORKLOAD.match(workload):
-            raise self.fail(("workload",), f"{workload!r} is not of the form 'package.module:function'")
-        params = self.params(("params",), data.get("params", {}))
-        grid = self.grid(("grid",), data["grid"])
-        exclude = self.exclude(("exclude",), data.get("exclude", []))
-        repetitions = self.count(("repetitions",), data.get("repetitions", 1))
-        timeout_s = self.seconds(("timeout_s",), data.get("timeout_s", 600))
-        figures = tuple(self.names(("figures",), data.get("figures", [])))
-        scales = data.get("scales", {})
-        if not isinstance(scales, dict):
-            raise self.fail(("scales",), f"expected a mapping, got {_kind(scales)}; {_TOP_FIELDS['scales']}")
-        self.check_keys(("scales",), scales, SCALES)
-        for name, override in scales.items():
-            where = ("scales", name)
-            if not isinstance(override, dict):
-                raise self.fail(where, f"expected a mapping of overrides, got {_kind(override)}; "
-                                       f"allowed fields: {', '.join(_SCALE_FIELDS)}")
-            self.check_keys(where, override, _SCALE_FIELDS)
-            checked = {
-                "params": self.params(where + ("params",), override.get("params", {})),
-                "grid": self.grid(where + ("grid",), override.get("grid", {}), allow_empty=True),
-                "exclude": self.exclude(where + ("exclude",), override.get("exclude", [])),
-                "repetitions": self.count(where + ("repetitions",), override.get("repetitions", 1)),
-                "timeout_s": self.seconds(where + ("timeout_s",), override.get("timeout_s", 1)),
-            }
-            if name != scale:
-                continue
-            params = {**params, **checked["params"]}
-            grid = {**grid, **checked["grid"]}
-            if "exclude" in override:
-                exclude = checked["exclude"]
-            repetitions = checked["repetitions"] if "repetitions" in override else repetitions
-            timeout_s = checked["timeout_s"] if "timeout_s" in override else timeout_s
-        overlap = sorted(set(params) & set(grid))
-        if overlap:
-            raise self.fail(("params",), f"{', '.join(overlap)} appear in both params and grid; keep each in one place")
-        self.workload_values(workload, params, grid, scales.get(scale, {}))
-        description = data.get("description", "")
-        if description != "":
-            description = self.text(("description",), description)
-        return Manifest(
-            path=self.path, experiment=experiment, description=description, workload=workload,
-            params=params, grid=grid, exclude=exclude, repetitions=repetitions, timeout_s=timeout_s,
-            figures=figures, scale=scale,
-        )
 
-    def workload_values(self, workload: str, params: dict[str, Scalar], grid: dict[str, tuple[Scalar, ...]],
-                        override: dict[str, Any]) -> None:
-        """Ask the workload's module whether each parameter value means something to it
-        (:func:`_workload_check`)."""
-        check = _workload_check(workload)
-        if check is None:
-            return
-        for name, value in params.items():
-            if (problem := check(name, value)) is not None:
-                where = (("scales", self._scale, "params", name) if name in override.get("params", {})
-                         else ("params", name))
-                raise self.fail(where, problem)
-        for name, values in grid.items():
-            for i, value in enumerate(values):
-                if (problem := check(name, value)) is not None:
-                    where = (("scales", self._scale, "grid", name, i) if name in override.get("grid", {})
-                             else ("grid", name, i))
-                    raise self.fail(where, problem)
-
-    def text(self, where: tuple[Any, ...], value: Any) -> str:
-        if not isinstance(value, str) or not value.strip():
-            raise self.fail(where, f"expected non-empty text, got {_kind(value)}")
-        return value
-
-    def count(self, where: tuple[Any, ...], value: Any) -> int:
-        if isinstance(value, bool) or not isinstance(value, int) or value < 1:
-            raise self.fail(where, f"expected an integer >= 1, got {_kind(value)}")
-        return value
-
-    def seconds(self, where: tuple[Any, ...], value: Any) -> float:
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
-            raise self.fail(where, f"expected a number of seconds > 0, got {_kind(value)}")
-        return float(value)
-
-    def scalar(self, where: tuple[Any, ...], value: Any) -> Scalar:
-        if isinstance(value, (str, int, float, bool)):
-            return value
-        raise self.fail(where, f"expected a single value (text, number or boolean), got {_kind(value)}")
-
-    def params(self, where: tuple[Any, ...], value: Any) -> dict[str, Scalar]:
-        if not isinstance(value, dict):
-            raise self.fail(where, f"expected a mapping of parameter -> value, got {_kind(value)}")
-        for key in value:
-            if not isinstance(key, str) or not _PARAM.match(key):
-                raise self.fail(where, f"parameter name {key!r} is not a Python identifier")
-        return {k: self.scalar(where + (k,), v) for k, v in value.items()}
-
-    def grid(self, where: tuple[Any, ...], value: Any, allow_empty: bool = False) -> dict[str, tuple[Scalar, ...]]:
-        if not isinstance(value, dict) or (not value and not allow_empty):
-            raise self.fail(where, f"expected a mapping of parameter -> list of values, got {_kind(value)}")
-        out: dict[str, tuple[Scalar, ...]] = {}
-        for key, values in value.items():
-            if not isinstance(key, str) or not _PARAM.match(key):
-                raise self.fail(where, f"parameter name {key!r} is not a Python identifier")
-            if not isinstance(values, list) or not values:
-                raise self.fail(where + (key,), f"expected a non-empty list of values, got {_kind(values)}; "
-                                                f"write [{values}] for a single value or move it to params")
-            items = tuple(self.scalar(where + (key, i), v) for i, v in enumerate(values))
-            if len(set(items)) != len(items):
-                raise self.fail(where + (key,), "lists a value twice; each grid value must be unique")
-            out[key] = items
-        return out
-
-    def exclude(self, where: tuple[Any, ...], value: Any) -> tuple[dict[str, tuple[Scalar, ...]], ...]:
-        if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of mappings, got {_kind(value)}")
-        rules = []
-        for i, rule in enumerate(value):
-            if not isinstance(rule, dict) or not rule:
-                raise self.fail(where + (i,), f"expected a mapping parameter -> value(s), got {_kind(rule)}")
-            rules.append({
-                k: tuple(self.scalar(where + (i, k), x) for x in (v if isinstance(v, list) else [v]))
-                for k, v in rule.items()
-            })
-        return tuple(rules)
-
-    def names(self, where: tuple[Any, ...], value: Any) -> list[str]:
-        from rlscope.plot import FIGURES  # the registry is light: names only, no matplotlib import
-
-        if not isinstance(value, list):
-            raise self.fail(where, f"expected a list of figure names, got {_kind(value)}")
-        for i, name in enumerate(value):
-            if name not in FIGURES:
-                raise self.fail(where + (i,), f"unknown figure {name!r}; known figures: {', '.join(sorted(FIGURES))}")
-        return value
