@@ -14,7 +14,7 @@ from typing import Any
 import click
 
 from rlscope._version import __version__
-from rlscope.errors import RlscopeError
+from rlscope.errors import RlscopeError, os_error_message
 
 __all__ = ["main", "cli"]
 
@@ -61,10 +61,14 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
     if jobs > 1 and executor_name == "ray":
         click.echo("note: --jobs is the local executor's; with Ray the cluster's CPUs and GPUs decide", err=True)
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
+    figure_failures: dict[str, list[str]] = {}
+
+    def finished(spec: Any, summary: Any) -> None:
+        figure_failures[spec.experiment] = _report(spec, scale, summary, output_dir, plot)
+
     with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
-        summaries = list(zip(specs, run_sweeps(
-            specs, output_dir, executor=executor, force=force,
-            on_finished=lambda spec, summary: _report(spec, scale, summary, output_dir, plot))))
+        summaries = list(zip(specs, run_sweeps(specs, output_dir, executor=executor, force=force,
+                                               on_finished=finished)))
     if any(summary.interrupted for _, summary in summaries):
         click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -75,7 +79,9 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
             click.echo(f"  {spec.experiment}: {counts}")
             for outcome in summary.failures:
                 click.echo(f"    {outcome.status} {outcome.run_id}: log {outcome.log}")
-    if any(summary.failures for _, summary in summaries):
+            for failure in figure_failures.get(spec.experiment, []):
+                click.echo(f"    figure not drawn: {failure}")
+    if any(summary.failures for _, summary in summaries) or any(figure_failures.values()):
         sys.exit(EXIT_RUNS_FAILED)
 
 
@@ -110,8 +116,9 @@ def _assignments(texts: tuple[str, ...]) -> dict[str, Any]:
     return out
 
 
-def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -> None:
-    """One manifest's outcome: counts, skipped runs and why, figures, failed runs with their logs."""
+def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -> list[str]:
+    """One manifest's outcome: counts, skipped runs and why, figures, failed runs with their logs.
+    Returns the figures that could not be drawn ('name: reason')."""
     counts = ", ".join(f"{summary.count(s)} {s}" for s in ("ok", "reused", "skipped", "failed", "timeout")
                        if summary.count(s))
     click.echo(f"{spec.experiment} ({scale}): {len(summary.outcomes)}/{summary.total} runs finished: {counts}")
@@ -120,13 +127,19 @@ def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -
             click.echo(f"  skipped {outcome.run_id}: {outcome.message}")
     click.echo(f"results: {summary.results_csv}")
     if summary.interrupted:
-        return
+        return []
+    figure_failures: list[str] = []
     if plot and spec.figures and (summary.count("ok") or summary.count("reused")):
-        _draw(summary.experiment_dir, output_dir / "artifacts")
+        try:
+            figure_failures = _draw(summary.experiment_dir, output_dir / "artifacts")
+        except RlscopeError as err:  # results.csv unreadable: this manifest's figures, not the other sweeps
+            click.echo(f"figures not drawn: {err}", err=True)
+            figure_failures = [f"all: {err}"]
     if summary.failures:
         click.echo(f"{len(summary.failures)} run(s) failed:", err=True)
         for outcome in summary.failures:
             click.echo(f"  {outcome.run_id}: {outcome.message}\n    log: {outcome.log}", err=True)
+    return figure_failures
 
 
 @cli.command()
@@ -136,7 +149,8 @@ def _report(spec: Any, scale: str, summary: Any, output_dir: Path, plot: bool) -
 def plot(directory: Path, out_dir: Path | None) -> None:
     """Draw figures of an experiment directory (`rlscope run`) or a trace directory (`rlscope prof`)."""
     if (directory / "experiment.json").exists() or not _is_trace(directory):
-        _draw(directory, out_dir or directory.resolve().parent / "artifacts")
+        if _draw(directory, out_dir or directory.resolve().parent / "artifacts"):
+            sys.exit(EXIT_RUNS_FAILED)
         return
     from rlscope.analyze import ANALYSIS_DIR
     from rlscope.plot.render import draw_profile
@@ -165,17 +179,28 @@ def _is_trace(directory: Path) -> bool:
               help="Also count calls into MODULE (prefix) as backend or simulator, e.g. --target mysim=simulator.")
 @click.option("--analyze/--no-analyze", "then_analyze", default=True, show_default=True,
               help="Analyze the trace when the command ends.")
+@click.option("--force", is_flag=True, help="Replace the trace already in --output.")
+@click.option("--append", is_flag=True,
+              help="Add this command's processes to the trace already in --output (a script run in parts); "
+                   "the analysis then covers them all.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | None, targets: tuple[str, ...],
-         then_analyze: bool, command: tuple[str, ...]) -> None:
+         then_analyze: bool, force: bool, append: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
-    from rlscope.collect.launch import run_profiled
+    from rlscope.collect.launch import default_output, is_trace_part, run_profiled
+    from rlscope.files import claim_output, output_lock
 
-    trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, gpu=gpu, process=process,
-                                   targets=list(targets))
-    click.echo(f"trace: {trace_dir}", err=True)
-    if then_analyze and _is_trace(trace_dir):
-        _analyze(trace_dir)
+    if force and append:
+        raise click.UsageError("--force replaces the trace in --output and --append adds to it: give one")
+    if output_dir is None:
+        output_dir = default_output(list(command), "traces")
+    claim_output(output_dir, is_trace_part, force=force, append=append, what="a trace")
+    with output_lock(output_dir, "rlscope prof " + " ".join(command)):
+        trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, gpu=gpu,
+                                       process=process, targets=list(targets))
+        click.echo(f"trace: {trace_dir}", err=True)
+        if then_analyze and _is_trace(trace_dir):
+            _analyze(trace_dir)
     sys.exit(code)
 
 
@@ -201,22 +226,29 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
 @click.option("--extend", is_flag=True,
               help="Add the repetitions to the calibration already in --output (same command and machine) and "
                    "derive the costs from all its runs: tighter costs without running the first ones again.")
+@click.option("--force", is_flag=True, help="Replace the calibration already in --output.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: float, window_ms: float,
-              precision_pct: float, startup_pairs: int, extend: bool, command: tuple[str, ...]) -> None:
+              precision_pct: float, startup_pairs: int, extend: bool, force: bool, command: tuple[str, ...]) -> None:
     """Measure what each recorded event costs, for `rlscope analyze --corrected`:
     rlscope calibrate -- python train.py ARGS"""
     from rlscope.calibrate import CALIBRATION_FILE
     from rlscope.calibrate import calibrate as run_calibration
     from rlscope.collect.launch import default_output
+    from rlscope.files import claim_output, output_lock
 
     if extend and output_dir is None:
         raise click.UsageError("--extend needs --output: the directory of the calibration to extend")
+    if force and extend:
+        raise click.UsageError("--force replaces the calibration in --output and --extend adds to it: give one")
     output_dir = output_dir or default_output(list(command), "calibration")
-    calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
-                                            progress=lambda line: click.echo(line, err=True), window_ms=window_ms,
-                                            precision_pct=precision_pct, startup_pairs=startup_pairs,
-                                            extend=extend)
+    claim_output(output_dir, lambda p: p.name in (CALIBRATION_FILE, "runs"), force=force, append=extend,
+                 what="a calibration", append_flag="--extend")
+    with output_lock(output_dir, "rlscope calibrate " + " ".join(command)):
+        calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
+                                                progress=lambda line: click.echo(line, err=True),
+                                                window_ms=window_ms, precision_pct=precision_pct,
+                                                startup_pairs=startup_pairs, extend=extend)
     for event, cost in calibration.costs_ns.items():
         ci = calibration.ci95_ns.get(event)
         click.echo(f"{event:>14}: {cost:10.1f} ns per event" + (f" ± {ci:.1f} (95%)" if ci is not None else ""))
@@ -318,12 +350,17 @@ def report(output_dir: Path) -> None:
     click.echo(f"report: {write_report(output_dir)}")
 
 
-def _draw(experiment_dir: Path, artifacts_dir: Path) -> None:
+def _draw(experiment_dir: Path, artifacts_dir: Path) -> list[str]:
+    """Draw an experiment's figures; the ones that failed, each as 'name: reason' (also printed)."""
     from rlscope.plot.render import draw_experiment
 
-    for path in draw_experiment(experiment_dir, artifacts_dir):
+    written, failures = draw_experiment(experiment_dir, artifacts_dir)
+    for path in written:
         if path.suffix == ".pdf":
             click.echo(f"figure: {path}")
+    for failure in failures:
+        click.echo(f"figure not drawn: {failure.name}: {failure.reason}", err=True)
+    return [f"{failure.name}: {failure.reason}" for failure in failures]
 
 
 def _show_warning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
@@ -346,6 +383,9 @@ def main() -> None:
         sys.exit(EXIT_USAGE)
     except RlscopeError as err:
         click.echo(f"error: {err}", err=True)
+        sys.exit(EXIT_USAGE)
+    except OSError as err:  # the machine refused a read or write: one line saying what and how to fix it
+        click.echo(f"error: {os_error_message(err)}", err=True)
         sys.exit(EXIT_USAGE)
     except click.exceptions.Exit as err:
         sys.exit(err.exit_code)

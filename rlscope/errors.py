@@ -1,6 +1,9 @@
 """Errors a user can cause and fix; the CLI prints them as one line and exits with code 2."""
 
-__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun", "TraceError", "NestingError"]
+import errno
+
+__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun", "TraceError", "NestingError",
+           "os_error_message"]
 
 
 class RlscopeError(Exception):
@@ -29,3 +32,24 @@ class NestingError(RlscopeError):
 
 class SkipRun(Exception):
     """Raised by a workload that cannot run here (e.g. it needs a GPU); the run is recorded as skipped."""
+
+
+_OS_FIXES = {
+    errno.ENOSPC: "no space left on the device holding it; free some space, or write somewhere else (--output)",
+    errno.EDQUOT: "disk quota exceeded; free some space, or write somewhere else (--output)",
+    errno.EACCES: "permission denied; write somewhere you may (--output), or fix the permissions",
+    errno.EPERM: "operation not permitted; write somewhere you may (--output), or fix the permissions",
+    errno.EROFS: "the file system is read-only; write somewhere else (--output)",
+    errno.ENOTDIR: "a part of this path is a file, not a directory; choose another path",
+    errno.EISDIR: "it is a directory, where a file was expected; choose another path",
+    errno.EEXIST: "it already exists as something else; choose another path",
+    errno.ENOENT: "no such file or directory; check the path",
+    errno.ENAMETOOLONG: "the path is too long; choose a shorter one",
+}
+
+
+def os_error_message(err: OSError) -> str:
+    """An operating-system error as one line: the path, what went wrong, and the fix."""
+    path = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename else "a file"
+    fix = _OS_FIXES.get(err.errno or -1)
+    return f"{path}: {fix}" if fix else f"{path}: {err.strerror or err}"

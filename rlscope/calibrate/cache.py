@@ -13,6 +13,7 @@ from typing import Any
 from rlscope.calibrate.ladder import calibrate
 from rlscope.calibrate.model import CALIBRATION_FILE, Calibration, CalibrationError, machine_fingerprint
 from rlscope.errors import RlscopeError
+from rlscope.files import claim_output, output_lock
 
 __all__ = ["calibration_cache_dir", "find_cached_calibration", "cached_calibration"]
 
@@ -57,8 +58,14 @@ def cached_calibration(identity: list[str], command: Callable[[], list[str]], ca
     if (found := find_cached_calibration(identity, cache_dir, **options)) is not None:
         return Calibration.load(found), found
     directory = path.parent
-    calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
-    if failures:
-        path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
-        raise RlscopeError("calibration runs failed: " + "; ".join(failures))
+    # Runs of a sweep that profile one workload may ask at once: one calibrates, the others wait for it.
+    with output_lock(directory, "a calibration for rlscope run", wait=True):
+        if (found := find_cached_calibration(identity, cache_dir, **options)) is not None:
+            return Calibration.load(found), found
+        # What an earlier, failed attempt left must not be mixed into this one's runs.
+        claim_output(directory, lambda p: True, force=True, append=False, what="a failed calibration")
+        calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
+        if failures:
+            path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
+            raise RlscopeError("calibration runs failed: " + "; ".join(failures))
     return calibration, path

@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any
 
 import pandas as pd
+from pydantic import ConfigDict, TypeAdapter, ValidationError
+from pydantic import with_config as pydantic_config
 
 from rlscope._version import __version__
 from rlscope.errors import RlscopeError
@@ -75,6 +77,7 @@ class CalibrationWarning(UserWarning):
     """A calibration may not fit the trace it corrects, or has no confidence interval."""
 
 
+@pydantic_config(ConfigDict(extra="forbid"))
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """Per-event costs (ns) with 95% confidence half-widths, and where they were measured.
@@ -124,15 +127,13 @@ class Calibration:
         if version != CALIBRATION_VERSION:
             raise CalibrationError(f"{path}: calibration format version {version}, this rlscope reads version "
                                    f"{CALIBRATION_VERSION}; calibrate again with this version ({redo})")
-        fields = {f.name for f in dataclasses.fields(cls)}
-        unknown = sorted(set(data) - fields)
-        missing = sorted(f.name for f in dataclasses.fields(cls)
-                         if f.name not in data and f.default is dataclasses.MISSING
-                         and f.default_factory is dataclasses.MISSING)
-        if unknown or missing:
-            raise CalibrationError(f"{path}: not a version {CALIBRATION_VERSION} calibration "
-                                   f"(unknown fields {unknown}, missing {missing}); {redo}")
-        return cls(**{**data, "command": tuple(data["command"]), "runs": tuple(data["runs"])})
+        try:
+            return _CALIBRATION_FILE.validate_python(data)
+        except ValidationError as err:
+            first = err.errors(include_url=False)[0]
+            field = ".".join(map(str, first["loc"])) or "(top level)"
+            raise CalibrationError(f"{path}: not a version {CALIBRATION_VERSION} calibration: field {field!r}: "
+                                   f"{first['msg']}; {redo}") from err
 
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""
@@ -142,6 +143,10 @@ class Calibration:
                 warnings.warn(f"calibration measured with {key}={self.machine.get(key)!r}, trace has {value!r}: "
                               f"costs per event may not carry over; calibrate on this machine and version",
                               CalibrationWarning, stacklevel=3)
+
+
+# The file's schema is the record's fields and types; JSON lists become the tuples the record holds.
+_CALIBRATION_FILE = TypeAdapter(Calibration)
 
 
 def event_counts(transitions: pd.DataFrame) -> dict[str, int]:

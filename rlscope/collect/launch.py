@@ -7,6 +7,7 @@ a session in each interpreter (child processes of any kind inherit both).
 
 from __future__ import annotations
 
+import itertools
 import os
 import signal
 import subprocess
@@ -26,16 +27,34 @@ from rlscope.collect.environment import (
 )
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
+from rlscope.trace.schema import META_FILE
 
-__all__ = ["run_profiled", "default_output", "BOOTSTRAP_DIR"]
+__all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 
 
 def default_output(command: list[str], kind: str) -> Path:
-    """output/<kind>/<script>-<time>: named after the command's script, e.g. output/traces/train-20261122-1200."""
+    """output/<kind>/<script>-<time>: named after the command's script, e.g.
+    output/traces/train-20261122-120000; a second one started within the same second gets -2."""
     script = next((Path(a).stem for a in command[1:] if a.endswith(".py")), Path(command[0]).name)
-    return Path("output") / kind / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    base = Path("output") / kind / f"{script}-{time.strftime('%Y%m%d-%H%M%S')}"
+    for n in itertools.count(1):
+        path = base if n == 1 else base.with_name(f"{base.name}-{n}")
+        try:
+            path.mkdir(parents=True)  # made here, so that no other run can take the same name
+            return path
+        except FileExistsError:
+            continue
+    raise AssertionError("unreachable")
+
+
+def is_trace_part(path: Path) -> bool:
+    """Whether ``path``, in a trace directory, is something rlscope wrote there: a process's trace,
+    the analysis tables, the figures, a calibration (what ``rlscope prof --force`` may replace)."""
+    if path.is_dir():
+        return (path / META_FILE).exists() or path.name in ("analysis", "figures")
+    return path.name == "calibration.json"
 
 
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,

@@ -96,25 +96,10 @@ class Manifest:
         data["figures"] = list(self.figures)
         return data
 
-    @classmethod
-    def from_json(cls, data: Any, source: Path) -> Manifest:
-        """The manifest an ``experiment.json`` holds; ``ManifestError`` naming the field if it is not one."""
-        try:
-            manifest = _EXPERIMENT_JSON.validate_python(data)
-        except ValidationError as err:
-            loc, problem = first_error(err)
-            field = ".".join(map(str, loc))
-            raise ManifestError(f"{source}: {f'field {field!r}: ' if field else ''}{problem}; "
-                                f"it is written by `rlscope run`: run the manifest again") from err
-        return dataclasses.replace(manifest, path=Path(manifest.path))
-
 
 def _matches(value: Any, allowed: tuple[Scalar, ...]) -> bool:
     """Whether ``value`` is one of ``allowed``: 1 matches 1.0, but true is not 1."""
     return any(value == a and isinstance(value, bool) == isinstance(a, bool) for a in allowed)
-
-
-_EXPERIMENT_JSON = TypeAdapter(Manifest)
 
 
 def read_yaml_value(text: str) -> Any:
@@ -175,7 +160,8 @@ def _resolve(spec: ManifestFile, scale: str, lines: _Lines) -> Manifest:
     overlap = sorted(set(params) & set(grid))
     if overlap:
         raise lines.fail(("params",), f"{', '.join(overlap)} appear in both params and grid; keep each in one place")
-    where_exclude = ("scales", scale, "exclude") if override is not None and override.exclude is not None else ("exclude",)
+    scaled_exclude = override is not None and override.exclude is not None
+    where_exclude = ("scales", scale, "exclude") if scaled_exclude else ("exclude",)
     # A rule names a grid parameter of some scale (the quick grid may lack one the full grid has);
     # its values may be ones no grid lists, so that a rule still holds for `--set NAME=VALUE`.
     known: dict[str, list[Scalar]] = {name: list(values) for name, values in spec.grid.items()}

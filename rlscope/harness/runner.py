@@ -18,8 +18,10 @@ Layout written under ``OUTPUT/<experiment>/``::
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import io
+import shutil
 import subprocess
 import threading
 import time
@@ -33,7 +35,7 @@ from tqdm import tqdm
 from rlscope._version import __version__
 from rlscope.harness.executors import Executor, LocalExecutor
 from rlscope.errors import ManifestError
-from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
+from rlscope.files import last_line, output_lock, read_json, write_atomic, write_json_atomic
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.process import kill_worker, start_worker, worker_env
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
@@ -281,6 +283,31 @@ def run_sweeps(
         seen[manifest.experiment] = manifest.path
         resolve_workload(manifest.workload)  # fail once, clearly, before starting N subprocesses
     sweeps = [_Sweep(manifest, output_dir / manifest.experiment) for manifest in manifests]
+    with contextlib.ExitStack() as locks:
+        for sweep in sweeps:
+            _claim(sweep, force)
+            locks.enter_context(output_lock(sweep.experiment_dir, f"rlscope run {sweep.manifest.path}"))
+        return _run_locked(sweeps, executor, force, progress, on_finished)
+
+
+def _claim(sweep: _Sweep, force: bool) -> None:
+    """Refuse an experiment directory that holds the runs of another workload (a manifest of the
+    same experiment name): its results would be read as this one's. ``force`` removes them."""
+    earlier = read_json(sweep.experiment_dir / "experiment.json")
+    if not isinstance(earlier, dict) or earlier.get("workload") in (None, sweep.manifest.workload):
+        return
+    if not force:
+        raise ManifestError(f"{sweep.experiment_dir} holds runs of workload {earlier['workload']} (manifest "
+                            f"{earlier.get('path')}), not {sweep.manifest.workload}; add --force to replace them, "
+                            f"or give --output another directory")
+    shutil.rmtree(sweep.runs_dir, ignore_errors=True)
+    for name in ("experiment.json", "results.csv"):
+        (sweep.experiment_dir / name).unlink(missing_ok=True)
+
+
+def _run_locked(sweeps: list[_Sweep], executor: Executor | None, force: bool, progress: bool,
+                on_finished: Callable[[Manifest, SweepSummary], None] | None) -> list[SweepSummary]:
+    """``run_sweeps``, with every sweep's directory claimed and locked."""
     outcomes: list[list[RunOutcome]] = [[] for _ in sweeps]
     totals: list[int] = []
     todo: list[_Run] = []

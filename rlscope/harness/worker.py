@@ -37,6 +37,12 @@ def resolve_workload(spec: str) -> Callable[..., Mapping[str, Any]]:
             f"workload {spec!r}: module {err.name!r} not found; run from the project root "
             f"(the workload's package must be importable) or install what it needs"
         ) from err
+    except ImportError as err:  # the module is there, but something it imports is not, or is broken
+        raise WorkloadError(f"workload {spec!r}: importing {module_name} failed ({err}); install or repair "
+                            f"what it names") from err
+    except SyntaxError as err:
+        raise WorkloadError(f"workload {spec!r}: {err.filename}:{err.lineno}: syntax error ({err.msg}); "
+                            f"fix the workload's code") from err
     func = getattr(module, func_name, None)
     if not callable(func):
         raise WorkloadError(f"workload {spec!r}: {module_name} has no function {func_name!r}")

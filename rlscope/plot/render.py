@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import io
 from pathlib import Path
@@ -14,10 +15,14 @@ import matplotlib.pyplot as plt  # noqa: E402
 import pandas as pd  # noqa: E402
 
 from rlscope.errors import ResultsError  # noqa: E402
-from rlscope.files import read_json, write_atomic  # noqa: E402
+from rlscope.files import write_atomic, write_json_atomic  # noqa: E402
 from rlscope.plot import FIGURES  # noqa: E402
+from rlscope.plot.experiment import RESULTS_FILE, missing_columns, read_experiment, read_results  # noqa: E402
 
-__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped", "shared_legend", "artifacts_name"]
+__all__ = ["draw_experiment", "draw_profile", "save_figure", "note_skipped", "shared_legend", "artifacts_name",
+           "FigureFailure", "FIGURES_STATUS"]
+
+FIGURES_STATUS = "figures.json"  # beside an experiment's figures: each one drawn or why not
 
 
 def artifacts_name(experiment: str) -> str:
@@ -58,28 +63,46 @@ def save_figure(fig: plt.Figure, out_dir: Path, name: str) -> list[Path]:
     return written
 
 
-def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> list[Path]:
-    """Draw every figure the experiment's manifest lists; return the files written."""
-    meta = read_json(experiment_dir / "experiment.json")
-    if meta is None:
-        raise ResultsError(f"{experiment_dir}: no experiment.json; run `rlscope run MANIFEST` first")
-    results_csv = experiment_dir / "results.csv"
-    try:
-        results = pd.read_csv(results_csv)
-    except FileNotFoundError as err:
-        raise ResultsError(f"{results_csv}: missing; run `rlscope run {meta['path']}` first") from err
-    except pd.errors.EmptyDataError:
-        results = pd.DataFrame()
-    if "status" not in results or not (results["status"] == "ok").any():
-        raise ResultsError(f"{results_csv}: no successful runs to plot; "
+@dataclasses.dataclass(frozen=True)
+class FigureFailure:
+    """A figure that could not be drawn, and why: the other figures are drawn all the same."""
+
+    name: str
+    reason: str
+
+
+def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> tuple[list[Path], list[FigureFailure]]:
+    """Draw every figure the experiment's manifest lists; return the files written and the
+    figures that failed. Each figure is drawn on its own: one that lacks a column or fails to draw
+    is reported (also in ``FIGURES_STATUS`` beside the figures, for the report) and the rest go on."""
+    meta = read_experiment(experiment_dir)
+    results = read_results(experiment_dir, f"rlscope run {meta['path']}")
+    if not (results["status"] == "ok").any():
+        raise ResultsError(f"{experiment_dir / RESULTS_FILE}: no successful runs to plot; "
                            f"see the run logs under {experiment_dir / 'runs'}")
     out_dir = artifacts_dir / artifacts_name(meta["experiment"])
     written: list[Path] = []
+    failures: list[FigureFailure] = []
     for name in meta["figures"]:
-        module_name, _, func_name = FIGURES[name].partition(":")
+        missing = missing_columns(results, name)
+        if missing:
+            failures.append(FigureFailure(name, f"results.csv lacks {', '.join(missing)}, which it is drawn from; "
+                                                f"the workload {meta['workload']} did not return "
+                                                f"{'it' if len(missing) == 1 else 'them'}"))
+            continue
+        module_name, _, func_name = FIGURES[name].function.partition(":")
         draw = getattr(importlib.import_module(module_name), func_name)
-        written += save_figure(draw(results, meta), out_dir, name)
-    return written
+        try:
+            figure = draw(results, meta)
+        except Exception as err:  # a figure's own bug or odd data: reported, and the other figures are drawn
+            plt.close("all")
+            failures.append(FigureFailure(name, f"{type(err).__name__}: {err}"))
+            continue
+        written += save_figure(figure, out_dir, name)
+    status = {f.name: {"status": "failed", "reason": f.reason} for f in failures}
+    status.update({p.stem: {"status": "ok", "reason": ""} for p in written})
+    write_json_atomic(out_dir / FIGURES_STATUS, status)
+    return written, failures
 
 
 def draw_profile(trace_dir: Path, out_dir: Path) -> list[Path]:
