@@ -1,5 +1,20 @@
 # Two commands for a new machine: `make artifacts-quick` (all figures, CPU, minutes) and `make test`.
-PYTHON ?= python3
+# The venv's Python: the newest >= 3.12 on PATH or under pyenv, else python3 (a warning says what
+# that costs: 3.11's profile hook does not see calls into nanobind, ufunc and Cython callables).
+# `make PYTHON=...` chooses another.
+FIND_PYTHON := for p in $$(for n in 19 18 17 16 15 14 13 12; do command -v python3.$$n; done) \
+  $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3; do \
+  $$p -c 'import sys; assert sys.version_info >= (3, 12); print("%d.%03d" % sys.version_info[:2], sys.executable)' \
+  2>/dev/null; done | sort -r | head -n 1 | cut -d' ' -f2
+ifeq ($(origin PYTHON),undefined)
+PYTHON := $(shell $(FIND_PYTHON))
+ifeq ($(PYTHON),)
+PYTHON := python3
+$(warning no Python >= 3.12 found (python3.1x on PATH or under pyenv): using python3; on Python 3.11 rlscope \
+  does not see calls into jaxlib, numpy's ufuncs, ale-py and other nanobind or Cython callables, and its \
+  breakdowns carry that caveat)
+endif
+endif
 # Pinned: an unpinned torch may pull a multi-GB CUDA build. On a GPU box, any CUDA build of this
 # version works (e.g. TORCH="torch==2.13.0 --index-url https://download.pytorch.org/whl/cu130").
 TORCH ?= torch==2.13.0

@@ -52,8 +52,8 @@ def _python() -> list[Check]:
     if sys.version_info < (3, 11):
         return [Check("Python", False, version, "rlscope needs Python 3.11 or newer")]
     hook = ("sys.monitoring: every call into native code is seen" if sys.version_info >= (3, 12) else
-            "setprofile: calls into nanobind/pybind11 extension types (e.g. ale-py) are not seen; "
-            "Python 3.12+ sees them")
+            "setprofile: calls into nanobind, ufunc and Cython callables (jaxlib, numpy's ufuncs, ale-py) are "
+            "not seen, and the tables mark the rows this falsifies; Python 3.12+ sees them")
     return [Check("Python", True, f"{version} ({sys.executable}); transitions via {hook}")]
 
 

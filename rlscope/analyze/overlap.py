@@ -18,6 +18,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.analyze.attribution import outermost
+from rlscope.analyze.caveats import mark_rows
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import GPU_WORK_KINDS, Category, Kind
 
@@ -204,6 +205,7 @@ def analyze_process(trace: ProcessTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     frame["time_s"] = frame["time_ns"] / 1e9
     counts = pd.DataFrame(t_rows, columns=["process", "thread", "phase", "operation", "transition", "count",
                                            "iterations", "per_iteration"])
+    counts = mark_rows(frame, counts, trace.meta, dict(zip(phase_labels, iterations.tolist())))
     return frame, counts
 
 
@@ -265,11 +267,12 @@ def _transition_rows(sw: ThreadSweep, ev: _Events, op_index: np.ndarray, op_labe
 def breakdown(trace: ProcessTrace) -> pd.DataFrame:
     """Time per process x thread x phase x operation x resource set.
 
-    Columns: ``process, thread, phase, operation, cpu, gpu, resources, time_ns, time_s`` where
-    ``cpu`` is one of Python / Backend / Simulator / CUDA API / Profiler (rlscope writing its
-    events out) / none and ``resources`` names the set, e.g.::
+    Columns: ``process, thread, phase, operation, cpu, gpu, resources, time_ns, time_s, caveat``
+    where ``cpu`` is one of Python / Backend / Simulator / CUDA API / Profiler (rlscope writing its
+    events out) / none, ``resources`` names the set and ``caveat`` says why a row may be wrong
+    ("" where nothing is known to be: ``rlscope.analyze.caveats``), e.g.::
 
-        process      thread phase    operation  cpu      gpu   resources    time_ns
+        process      thread phase    operation  cpu      gpu   resources    time_ns  caveat
         train[4242]  main   default  inference  Backend  False Backend      812345
         train[4242]  main   default  inference  Python   False Python       402100
     """
@@ -279,9 +282,9 @@ def breakdown(trace: ProcessTrace) -> pd.DataFrame:
 def transitions(trace: ProcessTrace) -> pd.DataFrame:
     """Transition counts per process x thread x phase x operation, total and per iteration.
 
-    Columns: ``process, thread, phase, operation, transition, count, iterations, per_iteration``
-    with transition one of ``Python->Backend``, ``Python->Simulator``, ``Backend->CUDA``
-    (outermost CUDA API calls) and ``GPU kernels``, plus ``Annotations`` (the operation's own
+    Columns: ``process, thread, phase, operation, transition, count, iterations, per_iteration,
+    caveat`` (as the breakdown's) with transition one of ``Python->Backend``, ``Python->Simulator``,
+    ``Backend->CUDA`` (outermost CUDA API calls) and ``GPU kernels``, plus ``Annotations`` (the operation's own
     enter/exit pairs, which overhead correction needs). A transition belongs to the operation
     innermost at its start; iterations are the ``rlscope.step()`` intervals of the phase.
     """

@@ -4,11 +4,14 @@ from __future__ import annotations
 
 import pandas as pd
 
+from rlscope.analyze.caveats import CAVEAT, marked_groups, markers
+
 __all__ = ["format_summary", "format_correction"]
 
 
 def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.DataFrame | None = None) -> str:
-    """Per process and operation of the main thread: total seconds and % in each resource set."""
+    """Per process and operation of the main thread: total seconds and % in each resource set;
+    rows with a caveat (``rlscope.analyze.caveats``) are marked, and the caveats follow the tables."""
     main = breakdown[breakdown["thread"] == "main"]
     if main.empty:
         return "no events recorded"
@@ -17,25 +20,36 @@ def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.D
     total = table.sum(axis=1)
     shares = table.div(total, axis=0).mul(100).round(1)
     shares.insert(0, "total_s", total.round(4))
-    lines = ["time per operation (s) and % by resources in use:", shares.to_string()]
     tmain = transitions[transitions["thread"] == "main"]
+    marks = markers(main, tmain)
+    _mark(shares, main, marks)
+    lines = ["time per operation (s) and % by resources in use:", shares.to_string()]
     if not tmain.empty:
         value = "per_iteration" if tmain["iterations"].gt(0).all() else "count"
         counts = tmain.pivot_table(index=["process", "operation"], columns="transition", values=value,
-                                   aggfunc="sum", fill_value=0)
-        lines += [f"transitions ({'per iteration' if value == 'per_iteration' else 'total'}):",
-                  counts.round(2).to_string()]
+                                   aggfunc="sum", fill_value=0).round(2)
+        _mark(counts, tmain, marks)
+        lines += [f"transitions ({'per iteration' if value == 'per_iteration' else 'total'}):", counts.to_string()]
     if gpu is not None and not gpu.empty:
         table = gpu.pivot_table(index=["process", "operation"], columns="activity", values=["count", "time_ns"],
                                 aggfunc="sum", fill_value=0)
         table["time_ns"] = table["time_ns"] / 1e6
         table = table.rename(columns={"time_ns": "ms"}, level=0)
         lines += ["GPU work per operation (count, ms):", table.round(3).to_string()]
-    return "\n".join(lines)
+    return "\n".join(lines + [f"{mark} {text}" for text, mark in marks.items()])
+
+
+def _mark(table: pd.DataFrame, rows: pd.DataFrame, marks: dict[str, str]) -> None:
+    """Add a ``caveat`` column of markers to ``table`` (indexed by process and operation) where
+    ``rows`` carry a caveat."""
+    groups = marked_groups(rows, ["process", "operation"], marks)
+    if groups:
+        table[CAVEAT] = [groups.get(key, "") for key in table.index]
 
 
 def format_correction(breakdown: pd.DataFrame) -> str:
-    """Per process and operation of the main thread: raw and overhead-corrected seconds."""
+    """Per process and operation of the main thread: raw and overhead-corrected seconds (rows
+    with a caveat marked, as in ``format_summary``)."""
     main = breakdown[breakdown["thread"] == "main"]
     table = main.groupby(["process", "operation"])[["time_ns", "corrected_ns", "overhead_ns"]].sum() / 1e9
     table.columns = ["raw_s", "corrected_s", "overhead_s"]
@@ -44,4 +58,8 @@ def format_correction(breakdown: pd.DataFrame) -> str:
     line = f"total: raw {total['raw_s']:.4f} s, corrected {total['corrected_s']:.4f} s"
     if "uncertainty_ns" in main:  # the calibration's 95% intervals, as a bound
         line += f" ± {main['uncertainty_ns'].sum() / 1e9:.4f} s (from the costs' 95% intervals)"
-    return "\n".join(["time corrected for profiling overhead (s):", table.round(4).to_string(), line])
+    table = table.round(4)
+    marks = markers(main)
+    _mark(table, main, marks)
+    return "\n".join(["time corrected for profiling overhead (s):", table.to_string(), line]
+                     + [f"{mark} {text}" for text, mark in marks.items()])

@@ -162,6 +162,8 @@ class TransitionCollector:
         if not _is_native(func):
             return None
         category = classify_module(_module_of(func), self.targets)
+        if category is None:  # a target's callable object named after what it wraps (jax.jit's PjitFunction)
+            category = classify_module(type(func).__module__, self.targets)
         if category is None:
             return None
         return int(category), self.writer.symbol(_name_of(func))

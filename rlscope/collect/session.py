@@ -23,6 +23,7 @@ from rlscope.collect.cupti import GpuCollector
 from rlscope.collect.gpu_layers import parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
+from rlscope.collect.unseen import UNSEEN_CALLS, unseen_targets
 from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
 from rlscope.files import write_json_atomic
@@ -177,6 +178,8 @@ class Session:
             self._windows = None
         if self._collector is not None:
             self._collector.stop()
+            if self._meta["transition_mechanism"] == "sys.setprofile":  # what 3.11 could not see, for the tables
+                self._meta[UNSEEN_CALLS] = unseen_targets(self.targets)
         self._stop_gpu()
         self.active = False
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])

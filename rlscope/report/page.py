@@ -38,7 +38,7 @@ table { border-collapse: collapse; margin: 0.5em 0 1em; font-size: 12px; }
 th, td { border: 1px solid #ccc; padding: 2px 6px; text-align: left; }
 td.n { text-align: right; font-variant-numeric: tabular-nums; }
 figure { margin: 1em 0; } img { max-width: 100%; border: 1px solid #eee; }
-.failed { color: #b00; } .skipped { color: #777; } .ok { color: #070; }
+.failed { color: #b00; } .skipped { color: #777; } .ok { color: #070; } .caveat { color: #a50; }
 section { border-top: 2px solid #ddd; margin-top: 2em; }
 """
 
@@ -169,11 +169,28 @@ def _key_numbers(experiment: Experiment) -> str:
     columns = [c for c in numeric if constant.get(c, False) and ok[c].notna().any()][:MAX_KEY_COLUMNS]
     table = ok.drop_duplicates(keys).groupby("run_id", sort=False).agg(
         {**{c: "first" for c in grid}, **{c: "mean" for c in columns}})
-    head = "".join(f"<th>{_e(c)}</th>" for c in grid + columns)
+    marks, notes = _caveats(ok)
+    head = "".join(f"<th>{_e(c)}</th>" for c in grid + columns) + ("<th>caveat</th>" if marks else "")
     rows = "".join("<tr>" + "".join(f"<td>{_e(row[c])}</td>" for c in grid)
-                   + "".join(f"<td class='n'>{_number(row[c])}</td>" for c in columns) + "</tr>"
-                   for _, row in table.iterrows())
-    return f"<h3>Key numbers per run</h3><table><tr>{head}</tr>{rows}</table>"
+                   + "".join(f"<td class='n'>{_number(row[c])}</td>" for c in columns)
+                   + (f"<td class='caveat'>{_e(marks.get(run_id, ''))}</td>" if marks else "") + "</tr>"
+                   for run_id, row in table.iterrows())
+    return f"<h3>Key numbers per run</h3><table><tr>{head}</tr>{rows}</table>{notes}"
+
+
+def _caveats(ok: pd.DataFrame) -> tuple[dict[Any, str], str]:
+    """The runs whose results carry a caveat (the analysis's ``caveat`` column, e.g. calls that
+    Python 3.11 could not see): a marker per run, and the paragraphs that explain the markers."""
+    if "caveat" not in ok:
+        return {}, ""
+    caveats = ok["caveat"].map(lambda value: value if isinstance(value, str) else "")  # read back as NaN where empty
+    marked = ok.assign(caveat=caveats)[caveats != ""]
+    texts = list(dict.fromkeys(marked["caveat"]))
+    symbol = {text: "*" * (i + 1) for i, text in enumerate(texts)}
+    marks = {run_id: " ".join(dict.fromkeys(symbol[t] for t in group["caveat"]))
+             for run_id, group in marked.groupby("run_id", sort=False)}
+    notes = "".join(f"<p class='caveat'>{_e(symbol[t])} {_e(t)}</p>" for t in texts)
+    return marks, notes
 
 
 def _number(value: Any) -> str:
