@@ -150,13 +150,23 @@ def _jax_gpu() -> Check:
                  "" if devices else "pip install 'jax[cuda13]'", "optional")
 
 
+_PROBE_TIMEOUT_S = 120
+
+
 def _probe_cupti() -> dict:
     """Subscribe once, in a process of its own: CUPTI must not stay attached to the doctor."""
-    done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=120)
+    try:
+        done = subprocess.run([sys.executable, "-c", _PROBE], capture_output=True, text=True, timeout=_PROBE_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        return {"status": "error", "reason": f"the probe hung for {_PROBE_TIMEOUT_S} s (a driver or CUPTI call "
+                                             f"that never returned); check `nvidia-smi` answers"}
     lines = done.stdout.strip().splitlines()
     if done.returncode != 0 or not lines:
         return {"status": "error", "reason": (done.stderr.strip().splitlines() or ["no output"])[-1]}
-    return json.loads(lines[-1])
+    try:
+        return json.loads(lines[-1])
+    except ValueError:
+        return {"status": "error", "reason": f"the probe printed {lines[-1][:120]!r}, not its JSON verdict"}
 
 
 def run_checks(scale: str = "quick", probe: Callable[[], dict] = _probe_cupti) -> list[Check]:

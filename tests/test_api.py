@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -141,3 +143,11 @@ def test_forked_child_does_not_touch_the_parents_trace(tmp_path: Path) -> None:
     assert {"before-fork", "after-fork"} <= names(parent) and "child" not in names(parent)
     (child_trace,) = [t for t in traces.values() if t is not parent]
     assert "child" in names(child_trace) and "before-fork" not in names(child_trace)
+
+
+def test_the_readme_names_integrations_after_importing_rlscope_alone() -> None:
+    code = ("import sys, rlscope; assert 'stable_baselines3' not in sys.modules; "
+            "print(rlscope.integrations.sb3.Annotate.__name__)")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "Annotate"

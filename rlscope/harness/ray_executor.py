@@ -22,6 +22,7 @@ import shutil
 import tarfile
 import tempfile
 import time
+import warnings
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -145,23 +146,31 @@ class RayExecutor:
             self._cancel(list(pending))
 
     def _cancel(self, refs: list[Any]) -> None:
-        """Cancel outstanding tasks and give them a moment to kill their workers."""
+        """Cancel outstanding tasks and give them a moment to kill their workers. Ray going down with
+        this process (Ctrl-C) may refuse: then the tasks end at their runs' timeouts, and a warning
+        says how many."""
         if not refs:
             return
         ray = self._ray
+        from ray.exceptions import RayError
+
+        failed: list[str] = []
         try:  # only those still running: cancelling a task as it completes has tripped Ray's own checks
             _, refs = ray.wait(refs, num_returns=len(refs), timeout=0)
-        except Exception:
-            pass
+        except (RayError, RuntimeError, ValueError) as err:
+            failed.append(f"wait: {err}")
         for ref in refs:
             try:
                 ray.cancel(ref)
-            except Exception:  # already finished, or Ray is going down with this process: nothing left to stop
-                pass
+            except (RayError, RuntimeError, ValueError) as err:
+                failed.append(f"cancel: {err}")
         try:
             ray.wait(refs, num_returns=len(refs), timeout=10)
-        except Exception:
-            pass
+        except (RayError, RuntimeError, ValueError) as err:
+            failed.append(f"wait: {err}")
+        if failed:
+            warnings.warn(f"Ray did not confirm that {len(refs)} run task(s) stopped ({failed[0]}); a run still "
+                          f"going ends at its timeout", RuntimeWarning, stacklevel=2)
 
     def close(self) -> None:
         """Disconnect from Ray if this executor connected (stopping it, if it started it)."""
