@@ -18,6 +18,9 @@ def version() -> int:
 def timestamp() -> int:
     """CUPTI's current timestamp (CLOCK_MONOTONIC ns once a tracer registered its clock)."""
 
+def crc32(data: bytes) -> int:
+    """The CRC-32 that gpu.rows.crc records carry (zlib's; the reader checks them with zlib.crc32)."""
+
 def decode(buffers: list[bytes], kernel_names: list[str]) -> tuple[npt.NDArray[np.int64], list[str], dict[str, int]]:
     """Decode recorded activity buffers: (N x 9 int64 rows as ``ROW_FIELDS``, names, stats with
     ``records``, ``incomplete``, ``other_kinds``)."""

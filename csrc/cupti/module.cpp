@@ -5,8 +5,9 @@
 //
 // Data path, none of it under the GIL: CUPTI hands filled activity buffers to its worker
 // thread -> buffer_completed() decodes each record into int64 rows laid out like
-// rlscope.trace.schema.ROW_FIELDS -> full chunks are written with write(2) to
-// <trace>/gpu.rows (raw N x 9 int64), new names appended to <trace>/gpu.names. The Python
+// rlscope.trace.schema.ROW_FIELDS -> full chunks, and every second what there is, are written
+// with write(2) to <trace>/gpu.rows (raw N x 9 int64, a checksum record per write in
+// gpu.rows.crc), new names appended to <trace>/gpu.names. The Python
 // analysis (rlscope.analyze.attribution) joins them with the process's events. Timestamps come from CLOCK_MONOTONIC through
 // cuptiActivityRegisterTimestampCallback: the clock of time.perf_counter_ns and of the
 // CPU-side collectors, so no conversion is needed later.
@@ -79,6 +80,8 @@ NB_MODULE(_cupti, m) {
         g_api.GetTimestamp(&t);
         return t;
     }, "CUPTI's current timestamp (CLOCK_MONOTONIC ns once a tracer registered its clock).");
+    m.def("crc32", [](nb::bytes data) { return crc32(data.c_str(), data.size()); }, "data"_a,
+          "The CRC-32 that gpu.rows.crc records carry (zlib's; the reader checks them with zlib.crc32).");
     m.def("decode", [](const std::vector<nb::bytes> &buffers, const std::vector<std::string> &kernel_names) {
         require_loaded();
         Decoder decoder(g_api.GetNextRecord, g_api.GetCallbackName);

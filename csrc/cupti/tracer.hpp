@@ -1,6 +1,12 @@
 // The Tracer: enables CUPTI's activity kinds and API callbacks, takes the filled activity buffers
 // on CUPTI's worker thread, decodes them into int64 rows and writes full chunks to gpu.rows
 // (names to gpu.names), none of it under the GIL. Included once, by module.cpp.
+//
+// Every write of rows is followed by a checksum record in gpu.rows.crc (rlscope.trace.schema's
+// GPU_CRC_RECORD), so the reader can tell damaged rows from good ones. A thread of the tracer's
+// hands CUPTI's completed records and every thread's API calls to gpu.rows once a second
+// (RLSCOPE_FLUSH_INTERVAL_S, as rlscope.collect.flusher does for the CPU side), so a process
+// killed without warning loses about that much.
 #pragma once
 
 #include <nanobind/nanobind.h>
@@ -9,12 +15,18 @@
 #include <pthread.h>
 
 #include <algorithm>
+#include <array>
 #include <atomic>
+#include <chrono>
+#include <condition_variable>
+#include <cstdlib>
+#include <cstring>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 #include <string>
+#include <thread>
 #include <tuple>
 #include <utility>
 #include <vector>
@@ -29,6 +41,50 @@ namespace {
 
 class Tracer;
 Tracer *g_tracer = nullptr;  // CUPTI's buffer callbacks carry no user data: one tracer per process
+
+// CRC-32 as zlib computes it (reflected polynomial 0xEDB88320; Python's zlib.crc32, which the
+// reader checks with), slicing by 8 bytes at a time. A copy of its own rather than zlib's: no
+// library or header to find at build time, in every environment the extension is built in.
+uint32_t crc32(const void *data, size_t size, uint32_t crc = 0) {
+    static const auto tables = [] {
+        std::array<std::array<uint32_t, 256>, 8> t{};
+        for (uint32_t i = 0; i < 256; ++i) {
+            uint32_t c = i;
+            for (int k = 0; k < 8; ++k) c = (c & 1) ? 0xEDB88320u ^ (c >> 1) : c >> 1;
+            t[0][i] = c;
+        }
+        for (uint32_t i = 0; i < 256; ++i)
+            for (int k = 1; k < 8; ++k) t[k][i] = (t[k - 1][i] >> 8) ^ t[0][t[k - 1][i] & 0xFF];
+        return t;
+    }();
+    const auto *p = static_cast<const uint8_t *>(data);
+    crc = ~crc;
+    for (; size >= 8; p += 8, size -= 8) {
+        uint32_t lo, hi;
+        std::memcpy(&lo, p, 4);
+        std::memcpy(&hi, p + 4, 4);
+        lo ^= crc;
+        crc = tables[7][lo & 0xFF] ^ tables[6][(lo >> 8) & 0xFF] ^ tables[5][(lo >> 16) & 0xFF] ^ tables[4][lo >> 24] ^
+              tables[3][hi & 0xFF] ^ tables[2][(hi >> 8) & 0xFF] ^ tables[1][(hi >> 16) & 0xFF] ^ tables[0][hi >> 24];
+    }
+    for (; size > 0; ++p, --size) crc = tables[0][(crc ^ *p) & 0xFF] ^ (crc >> 8);
+    return ~crc;
+}
+static_assert(__BYTE_ORDER__ == __ORDER_LITTLE_ENDIAN__, "gpu.rows and gpu.rows.crc are little-endian");
+
+// Seconds between the tracer's time-bound writes: RLSCOPE_FLUSH_INTERVAL_S (checked by
+// rlscope.collect.flusher before a session starts), 1 if unset; "inf" turns them off (0 returned).
+std::chrono::nanoseconds flush_interval() {
+    const char *text = std::getenv("RLSCOPE_FLUSH_INTERVAL_S");
+    double seconds = 1.0;
+    if (text && *text) {
+        char *end = nullptr;
+        const double value = std::strtod(text, &end);
+        if (end != text && value > 0) seconds = value;
+    }
+    if (!(seconds < 1e9)) return std::chrono::nanoseconds(0);
+    return std::chrono::nanoseconds(static_cast<int64_t>(seconds * 1e9));
+}
 
 class Tracer {
 public:
@@ -61,7 +117,8 @@ public:
         if (r != CUPTI_SUCCESS) return failure(out, "cuptiSubscribe", r, old_name);
         rows_fd_ = ::open(rows_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         names_fd_ = ::open(names_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (rows_fd_ < 0 || names_fd_ < 0) {
+        crc_fd_ = ::open((rows_path_ + ".crc").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (rows_fd_ < 0 || names_fd_ < 0 || crc_fd_ < 0) {
             const std::string why = std::strerror(errno);
             release();
             close_files();
@@ -82,6 +139,7 @@ public:
         if ((r = register_callbacks()) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityRegisterCallbacks", r);
         if ((r = set_kinds(true, true)) != CUPTI_SUCCESS) return release_failure(out, "cuptiActivityEnable", r);
         running_ = true;
+        start_flusher();
         out["ok"] = true;
         out["own_clock"] = own_clock_;
         return out;
@@ -92,6 +150,7 @@ public:
     nb::dict stop() {
         if (running_) {
             nb::gil_scoped_release unlocked;  // buffer callbacks run now, possibly on CUPTI's thread
+            stop_flusher();
             {
                 std::lock_guard<std::mutex> lock(g_attach.mutex);
                 release();
@@ -123,6 +182,7 @@ public:
     // In a forked child: CUPTI's state belongs to the parent; drop everything without a call.
     void abandon() {
         running_ = false;
+        (void)flusher_.release();  // the thread is the parent's: neither joined nor destroyed here
         on_.clear();
         callbacks_on_ = false;
         g_api_calls.recording = g_api_calls.by_callback = false;
@@ -299,9 +359,52 @@ private:
     }
 
     void close_files() {
-        if (rows_fd_ >= 0) ::close(rows_fd_);
-        if (names_fd_ >= 0) ::close(names_fd_);
-        rows_fd_ = names_fd_ = -1;
+        for (int *fd : {&rows_fd_, &names_fd_, &crc_fd_}) {
+            if (*fd >= 0) ::close(*fd);
+            *fd = -1;
+        }
+    }
+
+    // The time bound (flush_interval()): every interval, CUPTI's completed activity buffers, full
+    // or not, are handed over (cuptiActivityFlushAll(0), which CUPTI means to be called at
+    // intervals from a thread of the client's), and every thread's recorded API calls with them,
+    // and all rows so far are written. CUPTI's own periodic flush (cuptiActivityFlushPeriod)
+    // would not do: it returns full buffers only, which a slow loop takes minutes to fill.
+    void start_flusher() {
+        const std::chrono::nanoseconds interval = flush_interval();
+        if (interval.count() == 0) return;
+        stop_flusher_ = false;
+        flusher_ = std::make_unique<std::thread>([this, interval] {
+            std::unique_lock<std::mutex> lock(flusher_mutex_);
+            while (!flusher_wake_.wait_for(lock, interval, [this] { return stop_flusher_; })) {
+                lock.unlock();
+                flush_now();
+                lock.lock();
+            }
+        });
+    }
+
+    void stop_flusher() {
+        if (!flusher_) return;
+        {
+            std::lock_guard<std::mutex> lock(flusher_mutex_);
+            stop_flusher_ = true;
+        }
+        flusher_wake_.notify_all();
+        flusher_->join();
+        flusher_.reset();
+    }
+
+    void flush_now() {
+        {
+            std::lock_guard<std::mutex> attach(g_attach.mutex);  // not while a stop detaches
+            if (g_tracer != this || !g_attach.attached) return;
+            g_api.ActivityFlushAll(0);  // completed buffers to buffer_completed, on this thread
+        }
+        std::lock_guard<std::mutex> lock(mutex_);
+        append_api_rows(take_api_rows(true));
+        write_fresh_names();
+        write_rows();
     }
 
     static void CUPTIAPI buffer_requested(uint8_t **buffer, size_t *size, size_t *max_records) {
@@ -332,10 +435,22 @@ private:
         spent.second += monotonic_ns() - began;
     }
 
+    // Rows, then their checksum record: (first row, rows, CRC-32 of their bytes, CRC-32 of the
+    // record's first 20 bytes), little-endian. Called with mutex_ held.
     void write_rows() {
         if (rows_.empty() || rows_fd_ < 0) return;
-        write_all(rows_fd_, rows_.data(), rows_.size() * sizeof(int64_t));
-        rows_written_ += rows_.size() / kWidth;
+        const size_t bytes = rows_.size() * sizeof(int64_t);
+        write_all(rows_fd_, rows_.data(), bytes);
+        const uint64_t rows = rows_.size() / kWidth;
+        unsigned char record[24];
+        const uint32_t rows_crc = crc32(rows_.data(), bytes);
+        std::memcpy(record, &rows_written_, 8);
+        std::memcpy(record + 8, &rows, 8);
+        std::memcpy(record + 16, &rows_crc, 4);
+        const uint32_t record_crc = crc32(record, 20);
+        std::memcpy(record + 20, &record_crc, 4);
+        write_all(crc_fd_, record, sizeof(record));
+        rows_written_ += rows;
         rows_.clear();  // keeps the capacity
     }
 
@@ -372,7 +487,11 @@ private:
     std::unique_ptr<Decoder> decoder_;
     std::vector<int64_t> rows_;
     std::set<int> on_;  // the activity kinds on now (set_kinds() switches them)
-    int rows_fd_ = -1, names_fd_ = -1;
+    int rows_fd_ = -1, names_fd_ = -1, crc_fd_ = -1;
+    std::unique_ptr<std::thread> flusher_;  // the time-bound writes (start_flusher)
+    std::mutex flusher_mutex_;
+    std::condition_variable flusher_wake_;
+    bool stop_flusher_ = false;
     bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
     bool by_callback_ = false, callbacks_on_ = false;  // API calls through callbacks

@@ -118,13 +118,22 @@ public:
 
     size_t pending() const { return rows_.size() / kWidth; }
 
-    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain(bool refill) { return take_rows(rows_, refill); }
+    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain(bool refill, bool copy) { return take_rows(rows_, refill, copy); }
 
-    // The buffered rows; ``refill``: prepare the next buffer (not after the last drain).
-    static nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> take_rows(std::vector<int64_t> &rows, bool refill) {
-        auto *data = new std::vector<int64_t>(std::move(rows));
-        rows = std::vector<int64_t>();
-        if (refill) reserve_touched(rows, data->capacity());
+    // The buffered rows; ``refill``: prepare the next buffer (not after the last drain). With
+    // ``copy`` the rows are copied out and the buffer kept, its pages still written: what a
+    // time-bound write of a few rows does (rlscope.collect.flusher) rather than prepare a whole
+    // new buffer every second.
+    static nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> take_rows(std::vector<int64_t> &rows, bool refill, bool copy) {
+        std::vector<int64_t> *data;
+        if (copy) {
+            data = new std::vector<int64_t>(rows.begin(), rows.end());
+            rows.clear();  // keeps the capacity
+        } else {
+            data = new std::vector<int64_t>(std::move(rows));
+            rows = std::vector<int64_t>();
+            if (refill) reserve_touched(rows, data->capacity());
+        }
         nb::capsule owner(data, [](void *p) noexcept { delete static_cast<std::vector<int64_t> *>(p); });
         return nb::ndarray<nb::numpy, int64_t, nb::ndim<2>>(data->data(), {data->size() / kWidth, kWidth}, owner);
     }
@@ -210,7 +219,9 @@ void bind_step(nb::object ops, nb::object phase, nb::object callback, nb::object
 
 }  // namespace
 
-nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> Collector::drain(bool refill) { return Operations::take_rows(rows_, refill); }
+nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> Collector::drain(bool refill, bool copy) {
+    return Operations::take_rows(rows_, refill, copy);
+}
 
 PyMethodDef g_fast_defs[] = {
     {"on_call", reinterpret_cast<PyCFunction>(reinterpret_cast<void (*)()>(&Collector::fast_on_call)), METH_FASTCALL,
@@ -235,9 +246,12 @@ NB_MODULE(_hotpath, m) {
              "Make this collector the profile function of the calling thread (sys.setprofile's C form).")
         .def_static("uninstall_profile", &Collector::uninstall_profile)
         .def("pending", &Collector::pending, "Rows buffered since the last drain.")
-        .def("drain", &Collector::drain, "refill"_a = true,
-             "Take the buffered rows as an N x 9 int64 array; ``refill=False`` for the last drain.")
-        .def_rw("paused", &Collector::paused_, "While True, calls are not recorded (the writer's own flushes).");
+        .def("drain", &Collector::drain, "refill"_a = true, "copy"_a = false,
+             "Take the buffered rows as an N x 9 int64 array; ``refill=False`` for the last drain, ``copy=True``\n"
+             "to copy them out and keep the buffer.")
+        .def_rw("paused", &Collector::paused_, "While True, calls are not recorded (the writer's own flushes).")
+        .def("ignore_thread", [](Collector &c, unsigned long ident) { c.ignored_ = ident; }, "ident"_a,
+             "Record nothing on thread ``ident`` (threading.get_ident(); 0: none): rlscope's flusher thread.");
     nb::class_<Operations>(m, "Operations")
         .def(nb::init<nb::callable, nb::callable, size_t>(), "symbol"_a, "on_full"_a, "flush_rows"_a)
         .def("enter", &Operations::enter, "name"_a)
@@ -250,7 +264,7 @@ NB_MODULE(_hotpath, m) {
         .def("close_step", &Operations::close_step, "phase"_a, "end_ns"_a)
         .def("open_operations", &Operations::open_operations)
         .def("pending", &Operations::pending)
-        .def("drain", &Operations::drain, "refill"_a = true);
+        .def("drain", &Operations::drain, "refill"_a = true, "copy"_a = false);
     m.def("step", &step_now, "Mark an iteration boundary, so results can be given per iteration.");
     m.def("set_step_phase", [](nb::object phase) { g_stepper.phase = phase; }, "phase"_a,
           "The phase the following iterations belong to.");

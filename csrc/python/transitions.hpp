@@ -190,7 +190,7 @@ public:
     // callee is not a target; the second serves C_RETURN and C_RAISE.
     static PyObject *fast_on_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
-        if (nargs < 3 || c->paused_) Py_RETURN_NONE;
+        if (nargs < 3 || c->skip()) Py_RETURN_NONE;
         Info info = c->lookup(args[2]);
         if (info.category == 0) return Py_NewRef(c->disable_.ptr());
         c->enter();
@@ -199,7 +199,7 @@ public:
 
     static PyObject *fast_on_c_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
-        if (nargs >= 3 && !c->paused_) {
+        if (nargs >= 3 && !c->skip()) {
             Info info = c->lookup(args[2]);
             if (info.category != 0) c->leave(info);
         }
@@ -209,7 +209,7 @@ public:
     static int profile_callback(PyObject *self, PyFrameObject *, int what, PyObject *arg) {
         if (what != PyTrace_C_CALL && what != PyTrace_C_RETURN && what != PyTrace_C_EXCEPTION) return 0;
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
-        if (c->paused_) return 0;
+        if (c->skip()) return 0;
         Info info = c->lookup(arg);
         if (info.category == 0) return 0;
         if (what == PyTrace_C_CALL)
@@ -226,9 +226,15 @@ public:
     size_t pending() const { return rows_.size() / kWidth; }
 
     // Move the buffered rows out as an N x 9 int64 array.
-    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain(bool refill);
+    nb::ndarray<nb::numpy, int64_t, nb::ndim<2>> drain(bool refill, bool copy);
+
+    // Whether the calling thread's calls go unrecorded: while ``paused_`` (a recording thread
+    // writing the trace), and always on ``ignored_``, the session's flusher thread, which
+    // writes while the workload's threads go on being recorded.
+    bool skip() const { return paused_ || (ignored_ != 0 && PyThread_get_thread_ident() == ignored_); }
 
     bool paused_ = false;
+    unsigned long ignored_ = 0;
 
 private:
     nb::callable classify_;

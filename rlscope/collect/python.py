@@ -127,6 +127,7 @@ class TransitionCollector:
         self._impl: Any = None
         self._active = False
         self.paused = False
+        self._ignored: int | None = None  # a thread whose calls are not recorded (ignore_thread)
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
@@ -189,7 +190,7 @@ class TransitionCollector:
         self.writer.maybe_flush()
 
     def _on_call(self, code: Any, offset: int, func: Any, arg0: Any) -> Any:
-        if self.paused:
+        if self.paused or threading.get_ident() == self._ignored:
             return None
         if self._classify(func) is None:
             return sys.monitoring.DISABLE
@@ -197,14 +198,14 @@ class TransitionCollector:
         return None
 
     def _on_c_return(self, code: Any, offset: int, func: Any, arg0: Any) -> None:
-        if self.paused:
+        if self.paused or threading.get_ident() == self._ignored:
             return
         info = self._classify(func)
         if info is not None:
             self._leave(info)
 
     def _on_profile(self, frame: Any, event: str, arg: Any) -> None:
-        if self.paused:
+        if self.paused or threading.get_ident() == self._ignored:
             return
         if event == "c_call":
             if self._classify(arg) is not None:
@@ -240,6 +241,20 @@ class TransitionCollector:
         finally:
             impl.paused = paused
 
+    def drain_to_writer(self) -> None:
+        """Hand natively buffered rows to the writer, copied out (a time-bound write of a few
+        rows, which the session's flusher thread makes: ``ignore_thread``)."""
+        if self._impl is not None:
+            self.writer.append_block(self._impl.drain(copy=True))
+
+    def ignore_thread(self, ident: int) -> None:
+        """Record nothing on thread ``ident``: the session's flusher, whose numpy and pyarrow
+        calls are not the workload's, writes while the workload's threads go on being recorded
+        (pausing, as a recording thread's own write does, would leave them unrecorded)."""
+        self._ignored = ident
+        if self._impl is not None:
+            self._impl.ignore_thread(ident)
+
     def _install_in_new_thread(self, frame: Any, event: str, arg: Any) -> None:
         """threading.setprofile hook: hand each new thread over to the native profile function."""
         if self._impl is not None:
@@ -264,6 +279,7 @@ class TransitionCollector:
             disable = monitoring.DISABLE if monitoring is not None else None
             self._impl = _hotpath.Collector(self._classify_for_native, disable, self._drain,
                                                 self.writer.chunk_events)
+            self._impl.ignore_thread(self._ignored or 0)
         if monitoring is not None:
             tool = self._tool_id = monitoring.PROFILER_ID
             monitoring.use_tool_id(tool, "rlscope")

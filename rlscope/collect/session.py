@@ -20,6 +20,7 @@ from rlscope._version import __version__
 from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
                                          ENV_WINDOWS)
 from rlscope.collect.cupti import GpuCollector
+from rlscope.collect.flusher import Flusher, flush_interval_s
 from rlscope.collect.gpu_layers import parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
@@ -110,6 +111,7 @@ class Session:
         self._gpu: GpuCollector | None = None
         self._sampler: UtilisationSampler | None = None
         self._windows: AlternatingWindows | None = None
+        self._flusher: Flusher | None = None
         self._until_first_step = False
         self._forked = False
         self._phase_start = 0
@@ -125,6 +127,7 @@ class Session:
 
     # Lifecycle ------------------------------------------------------------------------------
     def start(self) -> None:
+        flush_interval = flush_interval_s()
         self.pid = os.getpid()
         self.dir = self.root / f"{self.process}.{self.pid}"
         self.dir.mkdir(parents=True, exist_ok=True)
@@ -168,10 +171,18 @@ class Session:
             self._windows = AlternatingWindows(self, *parse_windows(spec))
         # calibration: the process ends at its first rlscope.step() (a profiled start-up, timed)
         self._until_first_step = os.environ.get(ENV_UNTIL_FIRST_STEP) == "1"
+        if flush_interval < float("inf"):  # events written within about a second (collect.flusher)
+            self._flusher = Flusher(self.writer, self._flush_on_time, flush_interval)
+            flusher_thread = self._flusher.start()
+            if self._collector is not None:
+                self._collector.ignore_thread(flusher_thread)
 
     def stop(self, check_nesting: bool = True) -> None:
         if not self.active:
             return
+        if self._flusher is not None:
+            self._flusher.stop()
+            self._flusher = None
         end = time.perf_counter_ns()
         if self._windows is not None:
             self._windows.close(self.dir)
@@ -203,7 +214,7 @@ class Session:
             self._collector.stop()
         if self._gpu is not None:
             self._gpu.abandon()
-        self._gpu = self._sampler = None  # the sampler's thread did not survive the fork
+        self._gpu = self._sampler = self._flusher = None  # their threads did not survive the fork
         self._forked = True
         inherited = self._ops.current_stack()  # operations this thread had open at the fork
         self._release_recorder()
@@ -258,11 +269,26 @@ class Session:
         """Write out buffered rows (called by the native recorder when its buffer is full); the
         write is timed from before the drain, which prepares the next buffer's memory."""
         started = time.perf_counter_ns()
-        self.writer.append_block(self._ops.drain())
-        if self._collector is not None:
-            self._collector.flush_writer(started)  # pauses recording: the flush's own calls are not the workload's
-        else:
-            self.writer.flush(started)
+        with self.writer.lock:  # the flusher's writes wait, or this does
+            self.writer.append_block(self._ops.drain())
+            if self._collector is not None:
+                self._collector.flush_writer(started)  # pauses recording: the flush's own calls are not the workload's
+            else:
+                self.writer.flush(started)
+
+    def _flush_on_time(self) -> None:
+        """The flusher thread's write (``rlscope.collect.flusher``): what the native buffers hold,
+        drained and written, unless nothing is new. Nothing is paused: the transition collector
+        ignores this thread."""
+        with self.writer.lock:
+            if not self.active:
+                return
+            started = time.perf_counter_ns()
+            self.writer.append_block(self._ops.drain(copy=True))  # a few rows: the buffer is kept
+            if self._collector is not None:
+                self._collector.drain_to_writer()
+            if self.writer.unwritten:
+                self.writer.flush(started)
 
     def set_phase(self, name: str) -> None:
         now = time.perf_counter_ns()

@@ -1,11 +1,20 @@
-"""Read trace bundles back as pandas DataFrames; a torn last chunk is dropped with a warning, a
-corrupt chunk is an error that names it."""
+"""Read trace bundles back as pandas DataFrames.
+
+Every chunk is verified: a version-2 trace's ``events.arrows`` batches against the checksums in
+their metadata, ``gpu.rows`` against ``gpu.rows.crc`` where that exists (``rlscope.trace.schema``
+says what they cover); a version-1 trace's chunks, which carry none, only against what every
+later stage relies on (``_chunk_problem``). A torn end (the process died while writing) is
+dropped with a warning. A corrupt chunk is a ``TraceError`` naming the file, the chunk and its
+bytes; with ``drop_corrupt`` it is left out, the chunks after it that Arrow can still parse are
+kept, and what was dropped is in ``ProcessTrace.dropped`` and in one warning per file.
+"""
 
 from __future__ import annotations
 
 import dataclasses
 import json
 import warnings
+import zlib
 from pathlib import Path
 from typing import Any
 
@@ -15,23 +24,37 @@ import pyarrow as pa
 
 from rlscope.errors import TraceError
 from rlscope.trace.schema import (
+    CHECKSUM_KEYS,
     EVENT_SCHEMA,
     EVENTS_FILE,
+    GPU_CRC_RECORD,
     GPU_NAMES_FILE,
+    GPU_ROWS_CRC_FILE,
     GPU_ROWS_FILE,
     META_FILE,
+    READABLE_VERSIONS,
     ROW_FIELDS,
-    SCHEMA_VERSION,
     UTILISATION_FILE,
     Category,
     Kind,
+    chunk_checksums,
 )
 
-__all__ = ["ProcessTrace", "TraceWarning", "read_process", "read_trace"]
+__all__ = ["Dropped", "ProcessTrace", "TraceWarning", "read_process", "read_trace"]
 
 
 class TraceWarning(UserWarning):
     """A trace was readable only in part (e.g. the process crashed mid-write)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class Dropped:
+    """A corrupt part of a trace file that ``drop_corrupt`` left out."""
+
+    path: Path
+    part: str  # "chunk 4 (bytes 1,024..2,048)", "rows 100..199 (bytes 7,200..14,400)"
+    events: int | None  # the events it held; None: unknown (nothing after it could be parsed)
+    problem: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -41,7 +64,8 @@ class ProcessTrace:
     ``gpu`` holds the GPU collector's rows as recorded, in the same columns and name categories:
     CUDA API calls (with CUPTI's 32-bit thread ids), GPU work (not yet charged to a thread or
     operation) and the external-correlation records that link them. ``rlscope.analyze.attribution``
-    joins them into ``events``; analyses read traces through it.
+    joins them into ``events``; analyses read traces through it. ``dropped``: the corrupt parts
+    left out (``read_process(drop_corrupt=True)``).
     """
 
     directory: Path
@@ -49,25 +73,33 @@ class ProcessTrace:
     events: pd.DataFrame
     utilisation: pd.DataFrame | None = None  # NVML samples: time_ns, device, gpu_util_pct, sm_util_pct
     gpu: pd.DataFrame | None = None
+    dropped: tuple[Dropped, ...] = ()
 
     @property
     def process(self) -> str:
         return f"{self.meta['process']}[{self.meta['pid']}]"
 
+    @property
+    def dropped_events(self) -> int:
+        """Events left out as corrupt (those of parts whose count is known)."""
+        return sum(d.events or 0 for d in self.dropped)
+
 
 def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
-    """One process's trace. A torn last chunk (the process died while writing) is dropped with
-    a warning; a corrupt chunk is a ``TraceError`` naming it, unless ``drop_corrupt`` keeps the
-    chunks before it (with a warning)."""
+    """One process's trace. A torn end (the process died while writing) is dropped with a
+    warning; a corrupt chunk is a ``TraceError`` naming it, unless ``drop_corrupt`` leaves it
+    out (with a warning) and keeps the others."""
     meta_path = directory / META_FILE
     try:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
         raise TraceError(f"{meta_path}: missing or corrupt; is {directory} a trace written by rlscope?") from err
-    if meta.get("schema_version") != SCHEMA_VERSION:
-        raise TraceError(f"{meta_path}: trace schema version {meta.get('schema_version')} but this rlscope "
-                         f"reads version {SCHEMA_VERSION}; analyze it with the rlscope version that wrote it")
-    batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt)
+    version = meta.get("schema_version")
+    if version not in READABLE_VERSIONS:
+        raise TraceError(f"{meta_path}: trace schema version {version} but this rlscope reads versions "
+                         f"{', '.join(map(str, READABLE_VERSIONS))}; analyze it with the rlscope version that wrote it")
+    dropped: list[Dropped] = []
+    batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt, version >= 2, meta, dropped)
     if not meta.get("complete", False):
         warnings.warn(f"{directory}: the process did not finish profiling (crashed or killed); "
                       f"events up to its last flushed chunk are used", TraceWarning, stacklevel=2)
@@ -75,41 +107,139 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
     events = table.to_pandas()
     gpu = None
     if (directory / GPU_ROWS_FILE).exists():
-        events, gpu = _read_gpu(directory, events, drop_corrupt)
+        events, gpu = _read_gpu(directory, events, drop_corrupt, dropped)
     utilisation = None
     if (directory / UTILISATION_FILE).exists():
         utilisation = pd.read_csv(directory / UTILISATION_FILE)
-    return ProcessTrace(directory, meta, events, utilisation, gpu)
+    for path in dict.fromkeys(d.path for d in dropped):
+        parts = [d for d in dropped if d.path == path]
+        unit = "corrupt chunk" if path.name == EVENTS_FILE else "corrupt range of rows"
+        known = sum(d.events or 0 for d in parts)
+        count = f"{known:,}" + (" or more" if any(d.events is None for d in parts) else "")
+        warnings.warn(f"dropped {count} events in {len(parts)} {unit}{'s' if len(parts) > 1 else ''} of {path}: "
+                      + "; ".join(f"{d.part}: {d.problem}" for d in parts), TraceWarning, stacklevel=2)
+    return ProcessTrace(directory, meta, events, utilisation, gpu, tuple(dropped))
 
 
-def _read_chunks(path: Path, drop_corrupt: bool) -> list[pa.RecordBatch]:
+def _corrupt(path: Path, part: str, events: int | None, problem: str, drop_corrupt: bool,
+             dropped: list[Dropped]) -> None:
+    """A corrupt part: an error naming it, or with ``drop_corrupt`` a note of what is left out."""
+    if not drop_corrupt:
+        raise TraceError(f"{path}: {part} is corrupt: {problem}; `rlscope analyze --drop-corrupt` "
+                         f"analyses the rest of the trace without it")
+    dropped.append(Dropped(path, part, events, problem))
+
+
+def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[str, Any],
+                 dropped: list[Dropped]) -> list[pa.RecordBatch]:
+    """The intact record batches of ``events.arrows``. The stream is read batch by batch, the
+    file position before and after each one giving the chunk's bytes (its dictionary delta
+    and the batch)."""
     batches: list[pa.RecordBatch] = []
-    try:
-        with pa.OSFile(str(path)) as f:
+    if not path.exists() or path.stat().st_size == 0:
+        return batches  # killed before its first write
+    size = path.stat().st_size
+    names_known = 0  # the dictionary's length after the chunk before
+    bad_names = np.zeros(0, dtype=bool)  # names that came in a corrupt dictionary delta
+    kept = 0
+    with pa.OSFile(str(path)) as f:
+        try:
             reader = pa.ipc.open_stream(f)
-            while True:
-                try:
-                    batch = reader.read_next_batch()
-                except StopIteration:
-                    break
-                except (pa.ArrowInvalid, OSError) as err:
-                    warnings.warn(f"{path}: dropped a torn chunk after {len(batches)} complete ones ({err}); "
-                                  f"the process probably died while writing", TraceWarning, stacklevel=3)
-                    break
+        except (pa.ArrowInvalid, OSError) as err:
+            _unparseable(path, 0, 0, f.tell() >= size, err, meta, 0, drop_corrupt, dropped)
+            return batches
+        chunk = 0
+        while True:
+            begin = f.tell()
+            try:
+                batch, custom = reader.read_next_batch_with_custom_metadata()
+            except StopIteration:
+                if f.tell() < size:
+                    _corrupt(path, f"chunk {chunk + 1} (bytes {begin:,}..{size:,})",
+                             _lost_after(meta, kept + sum(d.events or 0 for d in dropped)),
+                             "it reads as the stream's end, before the file's", drop_corrupt, dropped)
+                break
+            except (pa.ArrowInvalid, OSError) as err:
+                _unparseable(path, chunk, begin, f.tell() >= size, err, meta,
+                             kept + sum(d.events or 0 for d in dropped), drop_corrupt, dropped)
+                break
+            chunk += 1
+            part = f"chunk {chunk} (bytes {begin:,}..{f.tell():,})"
+            metadata = {k.decode(errors="replace"): v.decode(errors="replace") for k, v in (custom or {}).items()}
+            events = _as_count(metadata.get("rlscope.rows"), batch.num_rows)
+            problem, names, fresh_names_bad = _checksum_problem(batch, metadata, names_known, checksummed)
+            if names > len(bad_names):
+                bad_names = np.concatenate((bad_names, np.zeros(names - len(bad_names), dtype=bool)))
+            if fresh_names_bad:
+                bad_names[names_known:names] = True
+            names_known = max(names_known, names)
+            if problem is None and bad_names.any():
+                codes = batch.column("name").indices.to_numpy(zero_copy_only=False)
+                if len(codes) and bad_names[np.clip(codes, 0, len(bad_names) - 1)].any():
+                    problem = "it uses names from a corrupt dictionary delta of an earlier chunk"
+            if problem is None:
                 problem = _chunk_problem(batch)
-                if problem is not None:
-                    where = f"{path}: chunk {len(batches) + 1} (of events {sum(len(b) for b in batches)} onwards)"
-                    if not drop_corrupt:
-                        raise TraceError(f"{where} is corrupt: {problem}; `rlscope analyze --drop-corrupt` "
-                                         f"analyses the {len(batches)} intact chunks before it")
-                    warnings.warn(f"{where} is corrupt: {problem}; analysing the {len(batches)} chunks before it",
-                                  TraceWarning, stacklevel=3)
-                    break
-                batches.append(batch)
-    except (pa.ArrowInvalid, OSError) as err:
-        if path.exists() and path.stat().st_size > 0:
-            warnings.warn(f"{path}: unreadable header ({err}); no events kept", TraceWarning, stacklevel=3)
+            if problem is not None:
+                _corrupt(path, part, events, problem, drop_corrupt, dropped)
+                continue
+            batches.append(batch)
+            kept += batch.num_rows
     return batches
+
+
+def _unparseable(path: Path, chunks: int, begin: int, at_end: bool, err: Exception, meta: dict[str, Any], read: int,
+                 drop_corrupt: bool, dropped: list[Dropped]) -> None:
+    """Arrow cannot parse the stream from byte ``begin`` on, after ``chunks`` chunks: a torn end
+    if the failed read reached the end of the file (the process died while writing; a warning,
+    not an error), else corrupt bytes, after which nothing can be found. How many events were
+    lost is known only from a finished process's meta.json (``events``, against ``read``)."""
+    if at_end:
+        warnings.warn(f"{path}: dropped a torn chunk after {chunks} complete ones ({err}); the process "
+                      f"probably died while writing", TraceWarning, stacklevel=4)
+        return
+    part = f"chunk {chunks + 1} (bytes {begin:,}..)" if begin else "the stream's header"
+    _corrupt(path, part, _lost_after(meta, read), f"Arrow cannot parse it ({err}), nor anything after it",
+             drop_corrupt, dropped)
+
+
+def _lost_after(meta: dict[str, Any], read: int) -> int | None:
+    """Events written after the ``read`` ones (kept or dropped): known from a finished process's
+    meta.json only."""
+    total = meta.get("events") if meta.get("complete") else None
+    return total - read if isinstance(total, int) and total >= read else None
+
+
+def _as_count(text: str | None, default: int) -> int:
+    try:
+        return int(text) if text is not None else default
+    except ValueError:
+        return default
+
+
+def _checksum_problem(batch: pa.RecordBatch, metadata: dict[str, str], names_before: int,
+                      required: bool) -> tuple[str | None, int, bool]:
+    """(what is wrong with the chunk's checksums or None, the name dictionary's length, whether
+    the names new in it are corrupt). Chunks of a version-1 trace (not ``required``) have none."""
+    try:
+        dictionary = batch.column("name").dictionary
+    except (KeyError, AttributeError):
+        return None, names_before, False  # not the event schema: _chunk_problem says so
+    names = len(dictionary)
+    if not any(key in metadata for key in CHECKSUM_KEYS):
+        return ("it carries no checksum" if required else None), names, False
+    try:
+        expected = chunk_checksums(batch, names_before)
+    except (pa.ArrowException, TypeError, ValueError, IndexError) as err:
+        return f"its buffers cannot be checked ({err})", names, True
+    fresh_bad = names < names_before or any(metadata.get(k) != expected[k] for k in CHECKSUM_KEYS[2:])
+    if any(metadata.get(k) != expected[k] for k in CHECKSUM_KEYS[:2]):
+        return (f"checksum mismatch ({batch.num_rows:,} rows, CRC-32 {expected['rlscope.crc32']}; its metadata "
+                f"says {metadata.get('rlscope.rows')} rows, {metadata.get('rlscope.crc32')})"), names, fresh_bad
+    if fresh_bad:
+        return (f"checksum mismatch in the names it adds to the dictionary ({names:,} names, CRC-32 "
+                f"{expected['rlscope.names_crc32']}; its metadata says {metadata.get('rlscope.names')}, "
+                f"{metadata.get('rlscope.names_crc32')})"), names, True
+    return None, names, False
 
 
 _KINDS = np.array([int(k) for k in Kind])
@@ -142,26 +272,79 @@ def _chunk_problem(batch: pa.RecordBatch) -> str | None:
 
 
 _WIDTH = len(ROW_FIELDS)
+_ROW_BYTES = _WIDTH * 8
 
 
-def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool) -> tuple[pd.DataFrame, pd.DataFrame]:
+def _verified_gpu_rows(path: Path, raw: bytes, total: int, drop_corrupt: bool,
+                       dropped: list[Dropped]) -> np.ndarray | None:
+    """Which of the ``total`` rows of ``gpu.rows`` the records of ``gpu.rows.crc`` vouch for (a
+    mask), or None where there is no such file (a version-1 trace). Rows after the last record
+    were written by a process killed before it could add one: a torn end, dropped with a
+    warning. Rows whose record is damaged (its own CRC fails) cannot be checked: corrupt."""
+    sidecar = path.with_name(GPU_ROWS_CRC_FILE)
+    if not sidecar.exists():
+        return None
+    data = sidecar.read_bytes()
+    keep = np.zeros(total, dtype=bool)
+
+    def corrupt(first: int, end: int, problem: str) -> None:
+        part = f"rows {first:,}..{end - 1:,} (bytes {first * _ROW_BYTES:,}..{end * _ROW_BYTES:,})"
+        _corrupt(path, part, end - first, problem, drop_corrupt, dropped)
+
+    def unvouched(damaged: int | None) -> str:
+        if damaged is None:
+            return f"no record of {sidecar.name} covers them"
+        return f"their checksum record (record {damaged} of {sidecar.name}) is damaged"
+
+    pos = 0  # the first row no record has vouched for yet
+    damaged: int | None = None  # the first of the damaged records since the last intact one
+    size = GPU_CRC_RECORD.size
+    for i in range(len(data) // size):
+        record = data[i * size:(i + 1) * size]
+        first, count, crc, own = GPU_CRC_RECORD.unpack(record)
+        if zlib.crc32(record[:size - 4]) != own or first < pos or count < 0:
+            damaged = i if damaged is None else damaged
+            continue
+        if first > pos:
+            corrupt(pos, min(first, total), unvouched(damaged))
+        damaged = None
+        end = first + count
+        if end > total:
+            corrupt(first, end, f"{sidecar.name} vouches for {count:,} rows from row {first:,}, "
+                                f"but the file ends at row {total:,}")
+        elif zlib.crc32(raw[first * _ROW_BYTES:end * _ROW_BYTES]) != crc:
+            corrupt(first, end, f"checksum mismatch (record {i} of {sidecar.name})")
+        else:
+            keep[first:end] = True
+        pos = end
+    if pos < total:
+        if damaged is not None:
+            corrupt(pos, total, unvouched(damaged))
+        else:
+            warnings.warn(f"{path}: dropped rows {pos:,}..{total - 1:,}, which no record of {sidecar.name} "
+                          f"covers; the process probably died while writing them", TraceWarning, stacklevel=4)
+    return keep
+
+
+def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool,
+              dropped: list[Dropped]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The GPU collector's rows as a frame of the event columns, and ``events`` with the name
     categories both share: GPU names come after the event file's own, so its codes (and operation
     ids) hold. A name index out of range reads as "(unknown)"; correlation records have none."""
     path = directory / GPU_ROWS_FILE
     raw = path.read_bytes()
-    row_bytes = _WIDTH * 8
-    if len(raw) % row_bytes:
+    if len(raw) % _ROW_BYTES:
         warnings.warn(f"{path}: dropped a torn last row; the process probably died while writing",
                       TraceWarning, stacklevel=3)
-    rows = np.frombuffer(raw, dtype=np.int64, count=len(raw) // row_bytes * _WIDTH).reshape(-1, _WIDTH).copy()
+    rows = np.frombuffer(raw, dtype=np.int64, count=len(raw) // _ROW_BYTES * _WIDTH).reshape(-1, _WIDTH)
+    vouched = _verified_gpu_rows(path, raw, len(rows), drop_corrupt, dropped)
+    rows = rows[vouched] if vouched is not None else rows.copy()
     bad = np.flatnonzero(~np.isin(rows[:, 0], _KINDS) | (rows[:, 5] < rows[:, 4]))
     if len(bad):
         first = rows[bad[0]]
-        where = f"{path}: row {bad[0]} of {len(rows)} is corrupt (kind {first[0]}, {first[4]}..{first[5]} ns)"
-        if not drop_corrupt:
-            raise TraceError(f"{where}; `rlscope analyze --drop-corrupt` analyses the {bad[0]} rows before it")
-        warnings.warn(f"{where}; analysing the {bad[0]} rows before it", TraceWarning, stacklevel=3)
+        _corrupt(path, f"row {bad[0]:,} of {len(rows):,}", len(rows) - int(bad[0]),
+                 f"kind {first[0]}, {first[4]}..{first[5]} ns, and nothing after it can be trusted",
+                 drop_corrupt, dropped)
         rows = rows[:bad[0]]
     text = (directory / GPU_NAMES_FILE).read_text(errors="replace") if (directory / GPU_NAMES_FILE).exists() else ""
     gpu_names = text.split("\n")[:-1]  # every name ends with a newline; a torn last one is dropped

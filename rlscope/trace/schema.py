@@ -1,4 +1,4 @@
-"""The event schema of trace files (version 1).
+"""The event schema of trace files (version 2) and the checksums that make every chunk verifiable.
 
 Every event is an interval on one thread, in nanoseconds of one clock (``time.perf_counter_ns``,
 CLOCK_MONOTONIC on Linux). In memory a row is nine int64s, in the order of ``ROW_FIELDS``;
@@ -10,18 +10,34 @@ that launched them. GPU-side rows (CUDA API calls and later kinds) are written b
 CUPTI collector to ``gpu.rows`` (raw int64 rows in this layout) with their names in
 ``gpu.names``; the reader returns them as recorded and ``rlscope.analyze.attribution`` joins
 them with the process's events.
+
+Checksums (version 2; version 1 traces have none and are read unverified). Each record batch of
+``events.arrows`` carries in its custom metadata (``chunk_checksums``) its row count, a CRC-32
+(zlib's) of its columns as written (the row count, every column's null count, the narrowed value
+buffers and the name column's dictionary codes), the length of the name dictionary after it and
+a CRC-32 of the names new in it (what its delta dictionary message holds). The names get their
+own checksum so that a damaged delta condemns exactly the chunks that use its names, not every
+later one; the row count is stored so that a damaged chunk's dropped events can be counted. A
+version-2 chunk without these is corrupt. ``gpu.rows`` has a sidecar, ``gpu.rows.crc``: after
+each write of rows the native tracer appends one ``GPU_CRC_RECORD`` (first row, rows, CRC-32 of
+those rows' bytes, CRC-32 of the record's first 20 bytes), all little-endian.
 """
 
 from __future__ import annotations
 
 import enum
+import struct
+import zlib
 
+import numpy as np
 import pyarrow as pa
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS"]
+           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_CRC_RECORD", "UTILISATION_FILE",
+           "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS", "chunk_checksums"]
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_VERSIONS = (1, 2)  # version 1: no checksums
 EVENTS_FILE = "events.arrows"
 META_FILE = "meta.json"
 
@@ -59,6 +75,8 @@ class Category(enum.IntEnum):
 
 GPU_ROWS_FILE = "gpu.rows"
 GPU_NAMES_FILE = "gpu.names"
+GPU_ROWS_CRC_FILE = "gpu.rows.crc"  # the native tracer names it after GPU_ROWS_FILE: rows path + ".crc"
+GPU_CRC_RECORD = struct.Struct("<qqII")  # first row, rows, CRC-32 of their bytes, CRC-32 of the 20 bytes before
 UTILISATION_FILE = "utilisation.csv"
 
 ROW_FIELDS = ("kind", "category", "tid", "depth", "start_ns", "end_ns", "name", "correlation", "operation")
@@ -79,3 +97,35 @@ EVENT_SCHEMA = pa.schema(
     ],
     metadata={"rlscope.schema_version": str(SCHEMA_VERSION)},
 )
+
+CHECKSUM_KEYS = ("rlscope.rows", "rlscope.crc32", "rlscope.names", "rlscope.names_crc32")
+
+
+def chunk_checksums(batch: pa.RecordBatch, names_before: int) -> dict[str, str]:
+    """The custom metadata of a chunk of ``events.arrows`` (``CHECKSUM_KEYS``): its row count, the
+    CRC-32 of its columns, the name dictionary's length and the CRC-32 of the names from
+    ``names_before`` (the dictionary's length after the chunk before) on.
+
+    Computed from the arrays' logical contents (offsets and slices resolved), so the writer's
+    arrays and the reader's, zero-copy views into the file, give the same values."""
+    crc = zlib.crc32(struct.pack("<q", batch.num_rows))
+    dictionary = None
+    for column in batch.columns:
+        if isinstance(column, pa.DictionaryArray):
+            dictionary = column.dictionary
+            column = column.indices
+        crc = zlib.crc32(struct.pack("<q", column.null_count), crc)
+        width = column.type.bit_width // 8
+        crc = zlib.crc32(memoryview(column.buffers()[1])[column.offset * width:(column.offset + len(column)) * width],
+                         crc)
+    names = 0 if dictionary is None else len(dictionary)
+    names_crc = 0
+    if dictionary is not None and names > names_before:
+        fresh = dictionary.slice(names_before)
+        _, offsets, data = fresh.buffers()
+        bounds = np.frombuffer(offsets, dtype=np.int32)[fresh.offset:fresh.offset + len(fresh) + 1]
+        names_crc = zlib.crc32((bounds - bounds[0]).astype("<i4").tobytes(),
+                               zlib.crc32(struct.pack("<q", fresh.null_count)))
+        names_crc = zlib.crc32(memoryview(data)[bounds[0]:bounds[-1]] if data is not None else b"", names_crc)
+    return {"rlscope.rows": str(batch.num_rows), "rlscope.crc32": f"{crc:08x}", "rlscope.names": str(names),
+            "rlscope.names_crc32": f"{names_crc:08x}"}

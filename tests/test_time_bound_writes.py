@@ -1,0 +1,193 @@
+"""Time-bound writes: a process killed without warning leaves its events up to about a second
+before; writes from two threads lose no row; the flusher thread's own calls are not recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import threading
+import time
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlscope
+from rlscope.collect.flusher import ENV_FLUSH_INTERVAL
+from rlscope.collect.python import TransitionCollector
+from rlscope.errors import RlscopeError
+from rlscope.trace import Kind, TraceWarning, TraceWriter, read_process, read_trace
+
+SLOW_LOOP = textwrap.dedent("""
+    import sys, time
+    import numpy as np
+    import rlscope
+
+    steps = open(sys.argv[2], "w", buffering=1)  # each line on its way before the next step
+    a = np.ones(16)
+    with rlscope.profile(sys.argv[1], process="loop", gpu=False):
+        recorded = 0
+        while True:
+            rlscope.step()  # ends the iteration before: its STEP row is recorded now
+            steps.write(f"{recorded} {time.perf_counter_ns()}\\n")
+            recorded += 1
+            with rlscope.operation("work"):
+                a.sum()
+            time.sleep(0.01)
+""")
+
+
+def kill_slow_loop(tmp_path: Path, env: dict[str, str], after_s: float = 2.5) -> tuple[int, int, Path]:
+    """Run the slow loop, SIGKILL it ``after_s`` after its first step: (steps it had recorded,
+    when it recorded the last, the process's trace directory)."""
+    script, steps = tmp_path / "loop.py", tmp_path / "steps.txt"
+    script.write_text(SLOW_LOOP)
+    child = subprocess.Popen([sys.executable, str(script), str(tmp_path / "trace"), str(steps)], env=env,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 60
+        while not (steps.exists() and steps.stat().st_size) and time.monotonic() < deadline:
+            assert child.poll() is None, "the slow loop ended by itself"
+            time.sleep(0.05)
+        time.sleep(after_s)
+    finally:
+        child.send_signal(signal.SIGKILL)
+        child.wait()
+    *_, recorded, last_ns = steps.read_text().split()
+    (directory,) = (tmp_path / "trace").iterdir()
+    return int(recorded), int(last_ns), directory
+
+
+@pytest.mark.parametrize("interval", ["", "inf"])
+def test_a_killed_process_leaves_its_events_up_to_about_a_second_before(tmp_path: Path, cli_env, interval: str):
+    env = {k: v for k, v in cli_env.items() if k != ENV_FLUSH_INTERVAL}
+    if interval:
+        env[ENV_FLUSH_INTERVAL] = interval
+    recorded, last_ns, directory = kill_slow_loop(tmp_path, env)
+    with pytest.warns(TraceWarning, match="did not finish profiling"):
+        trace = read_process(directory)
+    steps = trace.events[trace.events["kind"] == int(Kind.STEP)]
+    assert recorded >= 50  # the loop ran (about 100 steps a second)
+    if interval == "inf":  # written in full chunks only: none filled, all lost
+        assert steps.empty
+        return
+    assert len(steps) > 0 and steps["end_ns"].tolist() == sorted(steps["end_ns"])
+    lost_s = (last_ns - steps["end_ns"].max()) / 1e9
+    assert lost_s < 2.0, f"{recorded - len(steps)} steps, the last {lost_s:.2f} s of the run, lost"
+
+
+def test_rows_appended_while_another_thread_writes_are_each_written_once(tmp_path: Path) -> None:
+    (tmp_path / "p.1").mkdir()
+    writer = TraceWriter(tmp_path / "p.1" / "events.arrows", chunk_events=1 << 30)  # writes when asked only
+    name = writer.symbol("op")
+    n, blocks = 100_000, 300
+    appended = threading.Event()
+
+    def append_rows() -> None:
+        for i in range(n):
+            writer.rows.append((int(Kind.OPERATION), 0, 1, 0, i, i + 1, name, 0, -1))
+        appended.set()
+
+    def append_blocks() -> None:
+        for j in range(blocks):
+            writer.append_block(np.array([[int(Kind.OPERATION), 0, 2, 0, j, j + 1, name, 0, -1]], dtype=np.int64))
+            time.sleep(0)
+
+    switch = sys.getswitchinterval()
+    sys.setswitchinterval(1e-5)  # threads take turns often: inside writes too
+    try:
+        threads = [threading.Thread(target=append_rows), threading.Thread(target=append_blocks)]
+        for thread in threads:
+            thread.start()
+        writes = 0
+        while not appended.is_set() or threads[1].is_alive():
+            writer.flush()
+            writes += 1
+        for thread in threads:
+            thread.join()
+    finally:
+        sys.setswitchinterval(switch)
+    writer.close()
+    (tmp_path / "p.1" / "meta.json").write_text('{"schema_version": 2, "process": "p", "pid": 1, "start_ns": 0, '
+                                                '"complete": true}')
+    ops = read_process(tmp_path / "p.1").events.query(f"kind == {int(Kind.OPERATION)}")
+    assert writes > 10
+    assert sorted(ops.loc[ops["tid"] == 1, "start_ns"]) == list(range(n))
+    assert sorted(ops.loc[ops["tid"] == 2, "start_ns"]) == list(range(blocks))
+
+
+@pytest.mark.parametrize("native", [True, False])
+def test_an_ignored_threads_calls_are_not_recorded_while_the_others_are(tmp_path: Path, native: bool) -> None:
+    """The session's flusher writes (numpy, pyarrow) while the workload's threads are recorded."""
+    (tmp_path / "p.1").mkdir()
+    writer = TraceWriter(tmp_path / "p.1" / "events.arrows")
+    collector = TransitionCollector(writer, native=native)
+    a = np.ones(4)
+    go, done = threading.Event(), threading.Event()
+
+    def ignored() -> None:
+        go.wait()
+        for _ in range(50):
+            a.sum()
+        done.set()
+
+    thread = threading.Thread(target=ignored)
+    collector.start()
+    try:
+        thread.start()
+        collector.ignore_thread(thread.ident)
+        go.set()
+        for _ in range(20):
+            a.sum()
+        done.wait()
+    finally:
+        collector.stop()
+        thread.join()
+        writer.close()
+    (tmp_path / "p.1" / "meta.json").write_text('{"schema_version": 2, "process": "p", "pid": 1, "start_ns": 0, '
+                                                '"complete": true}')
+    calls = read_process(tmp_path / "p.1").events.query(f"kind == {int(Kind.CPU_CALL)}")
+    assert len(calls) >= 20 and set(calls["tid"]) == {threading.get_ident()}
+
+
+def test_a_session_writes_on_its_flusher_thread_while_it_runs(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_FLUSH_INTERVAL, "0.05")
+    a = np.ones(4)
+    sizes = []
+    with rlscope.profile(tmp_path, process="p", gpu=False):
+        for _ in range(40):
+            rlscope.step()
+            with rlscope.operation("work"):
+                a.sum()
+            time.sleep(0.005)
+            sizes.append(next(tmp_path.glob("p.*/events.arrows")).stat().st_size)
+        assert any(t.name == "rlscope-flusher" for t in threading.enumerate())
+    assert not any(t.name == "rlscope-flusher" for t in threading.enumerate())  # stopped with the session
+    assert sizes[-1] > sizes[0] > 0 or len(set(sizes)) > 2  # written as it ran, not only at the end
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        (trace,) = read_trace(tmp_path)
+    events, main = trace.events, trace.meta["main_tid"]
+    writes = events[events["kind"] == int(Kind.PROFILER_WRITE)]
+    assert (writes["tid"] != main).sum() >= 3  # the flusher's, on its own thread
+    assert set(events.loc[events["kind"] == int(Kind.CPU_CALL), "tid"]) == {main}
+    assert (events["kind"] == int(Kind.STEP)).sum() == 40 and (events["kind"] == int(Kind.OPERATION)).sum() == 40
+
+
+def test_a_bad_flush_interval_is_one_clear_error(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_FLUSH_INTERVAL, "soon")
+    with pytest.raises(RlscopeError, match=f"{ENV_FLUSH_INTERVAL}='soon': expected seconds > 0"):
+        with rlscope.profile(tmp_path, gpu=False):
+            pass
+    assert not list(tmp_path.iterdir())
+
+
+def test_no_flusher_thread_when_the_time_bound_is_off(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.setenv(ENV_FLUSH_INTERVAL, "inf")
+    with rlscope.profile(tmp_path, gpu=False):
+        assert not any(t.name == "rlscope-flusher" for t in threading.enumerate())
+    assert os.path.getsize(next(tmp_path.glob("*/events.arrows"))) > 0
