@@ -162,7 +162,7 @@ def profiled_workload(python: str, iterations: int, wrap: bool) -> dict[str, Any
     with tempfile.TemporaryDirectory() as tmp:
         command = [python, "-m", "rlscope.cli", "prof", "--output", f"{tmp}/trace", "--no-gpu", "--", python,
                    __file__, "workload", "--iterations", str(iterations)] + (["--wrap"] if wrap else [])
-        done = subprocess.run(command, capture_output=True, text=True, cwd=REPO, timeout=600)
+        done = subprocess.run(command, capture_output=True, text=True, cwd=tmp, timeout=600)  # rlscope as installed
         if done.returncode != 0:
             raise SystemExit(f"{' '.join(command)} failed:\n{done.stderr[-3000:]}")
         breakdown = pd.read_csv(f"{tmp}/trace/analysis/breakdown.csv")
