@@ -45,8 +45,9 @@ def cli() -> None:
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", callback=lambda _c, _p, v: _assignments(v),
               help="Give a parameter one value (after the scale's) in each manifest having it, e.g. --set device=cuda.")
+@click.option("--dry-run", is_flag=True, help="Check the manifests and list the runs they make; run nothing.")
 def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, executor_name: str,
-        address: str | None, force: bool, plot: bool, overrides: dict[str, Any]) -> None:
+        address: str | None, force: bool, plot: bool, overrides: dict[str, Any], dry_run: bool) -> None:
     """Run every point of each MANIFEST's parameter grid; complete runs are reused.
 
     With several manifests, runs start in the order given and share the --jobs slots (a long run
@@ -61,6 +62,14 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
     if jobs > 1 and executor_name == "ray":
         click.echo("note: --jobs is the local executor's; with Ray the cluster's CPUs and GPUs decide", err=True)
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
+    if dry_run:
+        for spec in specs:
+            points = list(spec.points())
+            click.echo(f"{spec.experiment} ({scale}): {len(points)} runs x {spec.repetitions} repetitions of "
+                       f"{spec.workload}, into {output_dir / spec.experiment}")
+            for point in points:
+                click.echo(f"  {point.run_id}")
+        return
     figure_failures: dict[str, list[str]] = {}
 
     def finished(spec: Any, summary: Any) -> None:

@@ -30,7 +30,7 @@ def _output(tmp_path: Path) -> Path:
         (experiment / "runs" / run / "config.json").write_text(json.dumps({"scale": scale}))
         (experiment / "runs" / run / "log.txt").write_text("Traceback ...\nRuntimeError: out of GPU memory at N=2\n")
     meta = {"experiment": "toy", "description": "a toy sweep", "scale": "quick", "path": "configs/toy.yaml",
-            "grid": {"n": [1, 2, 3]}, "figures": ["toy_figure"]}
+            "workload": "tests.toy_workloads:echo", "grid": {"n": [1, 2, 3]}, "figures": ["throughput_vs_envs"]}
     (experiment / "experiment.json").write_text(json.dumps(meta))
     rows = [{"run_id": "n-1", "n": 1, "status": "ok", "reason": "", "repetition": r, "samples_per_s": 100.0 + r,
              "share": share} for r in (0, 1) for share in (0.25, 0.75)]
@@ -40,8 +40,8 @@ def _output(tmp_path: Path) -> Path:
     figures.mkdir(parents=True)
     fig, ax = plt.subplots()
     ax.plot([1, 2], [3, 4])
-    fig.savefig(figures / "toy_figure.png")
-    fig.savefig(figures / "toy_figure.pdf")
+    fig.savefig(figures / "throughput_vs_envs.png")
+    fig.savefig(figures / "throughput_vs_envs.pdf")
     plt.close(fig)
     return out
 
@@ -50,7 +50,7 @@ def test_the_page_holds_figures_key_numbers_and_runs_that_did_not_finish(tmp_pat
     out = _output(tmp_path)
     page = write_report(out).read_text()
     assert page.count("<img src='data:image/png;base64,") == 1  # embedded: the page stands alone
-    assert "href='artifacts/experiment_toy/toy_figure.pdf'" in page
+    assert "href='artifacts/experiment_toy/throughput_vs_envs.pdf'" in page
     assert "did not finish: RuntimeError: out of GPU memory at N=2" in page
     assert "href='toy/runs/n-2/log.txt'" in page and "n-9" not in page
     assert "needs a GPU" in page and "1 failed" in page and "1 skipped" in page
@@ -73,3 +73,32 @@ def test_every_figure_loads_in_headless_chromium(tmp_path):
     dom = subprocess.run(["chromium", "--headless", "--no-sandbox", "--disable-gpu", "--virtual-time-budget=5000",
                           "--dump-dom", page.resolve().as_uri()], capture_output=True, text=True, timeout=120).stdout
     assert 'data-images-loaded="1/1"' in dom
+
+
+def test_an_experiment_whose_files_cannot_be_read_is_shown_with_the_reason_and_the_others_still_are(tmp_path):
+    out = _output(tmp_path)
+    broken = out / "broken"
+    broken.mkdir()
+    (broken / "experiment.json").write_text(json.dumps({"experiment": "broken", "figures": "all"}))
+    (out / "artifacts" / "experiment_toy" / "figures.json").write_text(json.dumps(
+        {"casestudy_time": {"status": "failed", "reason": "results.csv lacks seconds"}}))
+    page = write_report(out).read_text()
+    assert "broken/experiment.json: field" in page and "rlscope run MANIFEST" in page
+    assert "Figure casestudy_time not drawn: results.csv lacks seconds" in page
+    assert page.count("<img src='data:image/png;base64,") == 1  # the readable experiment is all there
+
+
+def test_a_figure_that_fails_is_reported_and_the_other_figures_are_drawn(tmp_path):
+    from rlscope.plot.render import draw_experiment
+
+    out = _output(tmp_path)
+    meta = json.loads((out / "toy" / "experiment.json").read_text())
+    meta["figures"] = ["casestudy_time", "throughput_vs_envs"]
+    (out / "toy" / "experiment.json").write_text(json.dumps(meta))
+    results = pd.read_csv(out / "toy" / "results.csv").assign(backend="numpy", num_envs=1)
+    results.to_csv(out / "toy" / "results.csv", index=False)
+    written, failures = draw_experiment(out / "toy", out / "artifacts")
+    assert [f.name for f in failures] == ["casestudy_time"] and "lacks table, iterations, seconds" in failures[0].reason
+    assert sorted(p.name for p in written) == ["throughput_vs_envs.pdf", "throughput_vs_envs.png"]
+    status = json.loads((out / "artifacts" / "experiment_toy" / "figures.json").read_text())
+    assert status["casestudy_time"]["status"] == "failed" and status["throughput_vs_envs"]["status"] == "ok"

@@ -10,7 +10,6 @@ from __future__ import annotations
 
 import base64
 import html
-import json
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -20,7 +19,8 @@ import pandas as pd
 
 from rlscope.errors import ResultsError
 from rlscope.files import last_line, read_json, write_atomic
-from rlscope.plot.render import artifacts_name
+from rlscope.plot.experiment import EXPERIMENT_FILE, RESULTS_FILE, RUN_COLUMNS, read_experiment, read_results
+from rlscope.plot.render import FIGURES_STATUS, artifacts_name
 from rlscope.report.environment import environment
 
 __all__ = ["write_report", "REPORT_FILE", "MAX_KEY_COLUMNS"]
@@ -53,6 +53,8 @@ class Experiment:
     results: pd.DataFrame | None
     runs: pd.DataFrame  # one row per run: run_id, status, reason (unfinished runs too)
     figures: list[Path] = field(default_factory=list)
+    figure_failures: dict[str, str] = field(default_factory=dict)  # figure -> why it was not drawn
+    problem: str = ""  # why its experiment.json or results.csv could not be read, if so
 
 
 def write_report(output_dir: Path, repo: Path | None = None) -> Path:
@@ -75,17 +77,31 @@ def write_report(output_dir: Path, repo: Path | None = None) -> Path:
 
 
 def _experiments(output_dir: Path) -> list[Experiment]:
+    """Every experiment directory under ``output_dir``; one whose files cannot be read is still
+    listed, with the reason, so that the page shows it rather than failing for all of them."""
     found = []
-    for meta_path in sorted(output_dir.glob("*/experiment.json")):
+    for meta_path in sorted(output_dir.glob(f"*/{EXPERIMENT_FILE}")):
         directory = meta_path.parent
-        meta = json.loads(meta_path.read_text())
-        name = str(meta.get("experiment", directory.name))
-        csv = directory / "results.csv"
-        results = pd.read_csv(csv) if csv.exists() and csv.stat().st_size else None
+        empty = pd.DataFrame(columns=list(RUN_COLUMNS))
+        try:
+            meta = read_experiment(directory)
+        except ResultsError as err:
+            found.append(Experiment(directory.name, directory, {}, None, empty, problem=str(err)))
+            continue
+        name = meta["experiment"]
+        results, problem = None, ""
+        if (directory / RESULTS_FILE).exists():
+            try:
+                results = read_results(directory, f"rlscope run {meta['path']}")
+            except ResultsError as err:
+                problem = str(err)
         drawn = output_dir / "artifacts" / artifacts_name(name)
-        figures = [drawn / f"{figure}.png" for figure in meta.get("figures", []) if (drawn / f"{figure}.png").exists()]
+        figures = [drawn / f"{figure}.png" for figure in meta["figures"] if (drawn / f"{figure}.png").exists()]
+        status = read_json(drawn / FIGURES_STATUS)
+        failed = {str(k): str(v.get("reason", "")) for k, v in status.items()
+                  if isinstance(v, dict) and v.get("status") == "failed"} if isinstance(status, dict) else {}
         runs = pd.concat([_runs(results), _unfinished(directory, meta, results)], ignore_index=True)
-        found.append(Experiment(name, directory, meta, results, runs, figures))
+        found.append(Experiment(name, directory, meta, results, runs, figures, failed, problem))
     return found
 
 
@@ -138,8 +154,12 @@ def _section(experiment: Experiment, output_dir: Path) -> str:
     parts = [f"<section id='{_e(experiment.name)}'><h2>{_e(experiment.name)}</h2>",
              f"<p>{_e(meta.get('description', ''))}; {_e(meta.get('scale', ''))} scale; manifest "
              f"<code>{_e(meta.get('path', ''))}</code>; runs: {_counts(experiment.runs)}</p>"]
+    if experiment.problem:
+        parts.append(f"<p class='failed'>{_e(experiment.problem)}</p>")
     parts += [_figure(path, output_dir) for path in experiment.figures]
-    if not experiment.figures:
+    parts += [f"<p class='failed'>Figure {_e(name)} not drawn: {_e(reason)}</p>"
+              for name, reason in experiment.figure_failures.items()]
+    if not experiment.figures and not experiment.figure_failures:
         parts.append(f"<p>No figures: draw them with <code>rlscope plot {_e(experiment.directory)}</code>.</p>")
     parts.append(_key_numbers(experiment))
     parts.append(_not_ok(experiment, output_dir))
