@@ -42,7 +42,7 @@ REQUIREMENTS := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb
   print(*p["build-system"]["requires"], *p["project"]["dependencies"], \
         *(r for e in sys.argv[1].split(",") if e for r in extras[e]), sep="\n")
 
-.PHONY: install deps test artifacts-quick artifacts smoke-gpu container-test clean
+.PHONY: install deps test fuzz artifacts-quick artifacts smoke-gpu container-test clean
 
 install: $(STAMP)
 deps: $(DEPS_STAMP)
@@ -60,6 +60,14 @@ $(STAMP): $(DEPS_STAMP)
 
 test: $(STAMP)
 	$(PY) -m pytest
+
+# The command-line fuzz tests (tests/test_fuzz_cli.py) at length, with a fresh random seed each time
+# (CI runs them with a fixed seed and a few examples); FUZZ_SEED=N repeats a run. The examples, the
+# seed and what failed go to docs/results/reliability_fuzz.json.
+FUZZ_EXAMPLES ?= 2000
+FUZZ_SEED ?= $(shell od -An -N4 -tu4 /dev/urandom | tr -d ' ')
+fuzz: $(STAMP)
+	$(PY) bench/fuzz_cli.py --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED) --out docs/results/reliability_fuzz.json
 
 # Every manifest at quick scale on this machine; figures land in output/artifacts/experiment_<experiment>/,
 # and output/report.html shows them all (written whether or not a run failed).

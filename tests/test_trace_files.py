@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+import rlscope
 from rlscope.errors import TraceError
 from rlscope.trace import SCHEMA_VERSION, TraceWarning, TraceWriter, read_process, read_trace
 
@@ -150,3 +151,16 @@ def test_a_corrupt_chunk_ends_rlscope_analyze_in_one_line_without_a_traceback(tm
     assert kept.returncode == 0, kept.stderr
     assert "dropped 100 events in 1 corrupt chunk of" in kept.stderr
     assert (tmp_path / "analysis" / "breakdown.csv").exists()
+
+
+def test_a_meta_json_of_the_wrong_shape_is_one_error_naming_the_field(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, gpu=False, transitions=False):
+        rlscope.step()
+    meta_path = next(tmp_path.glob("*/meta.json"))
+    meta = json.loads(meta_path.read_text())
+    meta_path.write_text(json.dumps({**meta, "pid": "12"}))
+    with pytest.raises(TraceError, match=r"meta.json: field 'pid': .*found '12'.*profile the script again"):
+        read_trace(tmp_path)
+    meta_path.write_text(json.dumps([meta]))
+    with pytest.raises(TraceError, match="schema version None"):
+        read_trace(tmp_path)

@@ -21,6 +21,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 import pyarrow as pa
+from pydantic import ValidationError
 
 from rlscope.errors import TraceError
 from rlscope.trace.schema import (
@@ -33,6 +34,7 @@ from rlscope.trace.schema import (
     GPU_ROWS_FILE,
     META_FILE,
     READABLE_VERSIONS,
+    ProcessMeta,
     ROW_FIELDS,
     UTILISATION_FILE,
     Category,
@@ -94,10 +96,17 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
         meta = json.loads(meta_path.read_text())
     except (OSError, ValueError) as err:
         raise TraceError(f"{meta_path}: missing or corrupt; is {directory} a trace written by rlscope?") from err
-    version = meta.get("schema_version")
+    version = meta.get("schema_version") if isinstance(meta, dict) else None
     if version not in READABLE_VERSIONS:
         raise TraceError(f"{meta_path}: trace schema version {version} but this rlscope reads versions "
                          f"{', '.join(map(str, READABLE_VERSIONS))}; analyze it with the rlscope version that wrote it")
+    try:
+        meta = ProcessMeta.model_validate(meta).model_dump()
+    except ValidationError as err:
+        first = err.errors(include_url=False)[0]
+        field = ".".join(map(str, first["loc"]))
+        raise TraceError(f"{meta_path}: field {field!r}: {first['msg']} (found {first.get('input')!r}); the file "
+                         f"is damaged: profile the script again") from err
     dropped: list[Dropped] = []
     batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt, version >= 2, meta, dropped)
     if not meta.get("complete", False):
@@ -110,7 +119,11 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
         events, gpu = _read_gpu(directory, events, drop_corrupt, dropped)
     utilisation = None
     if (directory / UTILISATION_FILE).exists():
-        utilisation = pd.read_csv(directory / UTILISATION_FILE)
+        try:
+            utilisation = pd.read_csv(directory / UTILISATION_FILE)
+        except (pd.errors.ParserError, pd.errors.EmptyDataError, UnicodeDecodeError) as err:
+            warnings.warn(f"{directory / UTILISATION_FILE}: unreadable ({err}); GPU utilisation left out",
+                          TraceWarning, stacklevel=2)
     for path in dict.fromkeys(d.path for d in dropped):
         parts = [d for d in dropped if d.path == path]
         unit = "corrupt chunk" if path.name == EVENTS_FILE else "corrupt range of rows"

@@ -31,10 +31,11 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
+from pydantic import BaseModel, ConfigDict
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
            "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_CRC_RECORD", "UTILISATION_FILE",
-           "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS", "chunk_checksums"]
+           "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1: no checksums
@@ -129,3 +130,23 @@ def chunk_checksums(batch: pa.RecordBatch, names_before: int) -> dict[str, str]:
         names_crc = zlib.crc32(memoryview(data)[bounds[0]:bounds[-1]] if data is not None else b"", names_crc)
     return {"rlscope.rows": str(batch.num_rows), "rlscope.crc32": f"{crc:08x}", "rlscope.names": str(names),
             "rlscope.names_crc32": f"{names_crc:08x}"}
+
+
+class ProcessMeta(BaseModel):
+    """``meta.json`` of one process's trace: the fields analysis reads (a session writes more,
+    kept as they are). Strict: a pid of ``"12"`` or ``true`` is a damaged file, not a pid."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    schema_version: int
+    process: str
+    pid: int
+    start_ns: int
+    end_ns: int | None = None
+    complete: bool = False
+    main_tid: int | None = None
+    events: int | None = None
+    wall_only: bool = False
+    first_step_ns: int | None = None
+    host: str | None = None
+    rlscope_version: str | None = None
