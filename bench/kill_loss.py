@@ -152,6 +152,7 @@ def main() -> None:
         "subject": "events lost when a profiled process is SIGKILLed, time-bound trace writes off and on",
         "command": " ".join(["python", "bench/kill_loss.py", *sys.argv[1:]]),
         "machine": _machine(),
+        "load_average_1_5_15_min_at_start": [round(x, 2) for x in os.getloadavg()],  # other work on the machine
         "date": datetime.date.today().isoformat(),
         "commit": commit + (" (with uncommitted changes)" if dirty else ""),
         "workload": f"rlscope.step(), an operation around ndarray.sum(), {STEP_S * 1000:.0f} ms of sleep, "
