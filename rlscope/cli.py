@@ -63,7 +63,10 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
         click.echo("note: --jobs is the local executor's; with Ray the cluster's CPUs and GPUs decide", err=True)
     specs = with_overrides([load_manifest(path, scale) for path in manifests], overrides)  # every mistake first
     if dry_run:
+        from rlscope.harness.worker import resolve_workload
+
         for spec in specs:
+            resolve_workload(spec.workload)  # as the runner does before its first run
             points = list(spec.points())
             click.echo(f"{spec.experiment} ({scale}): {len(points)} runs x {spec.repetitions} repetitions of "
                        f"{spec.workload}, into {output_dir / spec.experiment}")
