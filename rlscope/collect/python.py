@@ -16,6 +16,7 @@ import sys
 import threading
 import time
 import types
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -128,6 +129,8 @@ class TransitionCollector:
         self._active = False
         self.paused = False
         self._ignored: int | None = None  # a thread whose calls are not recorded (ignore_thread)
+        self.unclassified = 0  # calls to callables whose module or name could not be read: not recorded
+        self.first_unclassified = ""
 
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any) -> tuple[int, int] | None:
@@ -155,7 +158,9 @@ class TransitionCollector:
         try:
             info = self._compute(func)
             mode = cache_mode(func)
-        except Exception:  # an odd callable must never break the profiled program
+        except Exception as err:  # an odd callable must never break the profiled program: counted, said at stop
+            self.unclassified += 1
+            self.first_unclassified = self.first_unclassified or f"{type(func).__name__}: {type(err).__name__}: {err}"
             return 0, 0, CACHE_NOT
         return (0, 0, mode) if info is None else (info[0], info[1], mode)
 
@@ -351,6 +356,10 @@ class TransitionCollector:
             self._impl = None
         self._active = False
         self._stacks.clear()
+        if self.unclassified:
+            warnings.warn(f"rlscope: {self.unclassified} call(s) to callables whose module or name could not be read "
+                          f"were not recorded as transitions (first: {self.first_unclassified})", RuntimeWarning,
+                          stacklevel=2)
 
 
 # How the native collector may reuse a callable's classification (csrc/python/transitions.hpp).
