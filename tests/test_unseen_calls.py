@@ -85,7 +85,8 @@ def test_the_printed_summary_marks_the_rows_and_explains_once(tmp_path: Path) ->
 def _experiment(out: Path, caveat: str) -> None:
     experiment = out / "toy"
     experiment.mkdir(parents=True)
-    meta = {"experiment": "toy", "scale": "quick", "grid": {"n": [1, 2]}}
+    meta = {"experiment": "toy", "description": "a toy sweep", "scale": "quick", "path": "configs/toy.yaml",
+            "workload": "tests.toy_workloads:echo", "grid": {"n": [1, 2]}}
     (experiment / "experiment.json").write_text(json.dumps(meta))
     rows = [{"run_id": f"n-{n}", "n": n, "status": "ok", "reason": "", "repetition": 0, "seconds": 1.0 * n,
              "caveat": caveat if n == 1 else ""} for n in (1, 2)]
