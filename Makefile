@@ -2,15 +2,17 @@
 # The venv's Python: the newest >= 3.12 on PATH or under pyenv, else python3 (a warning says what
 # that costs: 3.11's profile hook does not see calls into nanobind, ufunc and Cython callables).
 # `make PYTHON=...` chooses another.
-FIND_PYTHON := for p in $$(for n in 19 18 17 16 15 14 13 12; do command -v python3.$$n; done) \
-  $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3; do \
-  $$p -c 'import sys; assert sys.version_info >= (3, 12); print("%d.%03d" % sys.version_info[:2], sys.executable)' \
-  2>/dev/null; done | sort -r | head -n 1 | cut -d' ' -f2
+# Candidates by the minor version their names give, newest first (python3 last); the first >= 3.12 wins.
+FIND_PYTHON := { for n in 19 18 17 16 15 14 13 12; do p=$$(command -v python3.$$n) && echo "$$n $$p"; done; \
+  for p in $${PYENV_ROOT:-$$HOME/.pyenv}/versions/3.1[2-9]*/bin/python3; do \
+  v=$${p%/bin/python3}; v=$${v\#\#*/3.}; echo "$${v%%[!0-9]*} $$p"; done; echo "0 python3"; } | sort -rn | \
+  while read -r n p; do "$$p" -S -c 'import sys; sys.exit(sys.version_info < (3, 12))' 2>/dev/null && \
+  { echo "$$p"; break; }; done
 ifeq ($(origin PYTHON),undefined)
 PYTHON := $(shell $(FIND_PYTHON))
 ifeq ($(PYTHON),)
 PYTHON := python3
-$(warning no Python >= 3.12 found (python3.1x on PATH or under pyenv): using python3; on Python 3.11 rlscope \
+$(warning no Python >= 3.12 found (python3, python3.1x on PATH or under pyenv): using python3; on Python 3.11 rlscope \
   does not see calls into jaxlib, numpy's ufuncs, ale-py and other nanobind or Cython callables, and its \
   breakdowns carry that caveat)
 endif
