@@ -158,7 +158,7 @@ def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[s
     with pa.OSFile(str(path)) as f:
         try:
             reader = pa.ipc.open_stream(f)
-        except (pa.ArrowInvalid, OSError) as err:
+        except (pa.ArrowException, OSError) as err:
             _unparseable(path, 0, 0, f.tell() >= size, err, meta, 0, drop_corrupt, dropped)
             return batches
         chunk = 0
@@ -172,7 +172,7 @@ def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[s
                              _lost_after(meta, kept + sum(d.events or 0 for d in dropped)),
                              "it reads as the stream's end, before the file's", drop_corrupt, dropped)
                 break
-            except (pa.ArrowInvalid, OSError) as err:
+            except (pa.ArrowException, OSError) as err:
                 _unparseable(path, chunk, begin, f.tell() >= size, err, meta,
                              kept + sum(d.events or 0 for d in dropped), drop_corrupt, dropped)
                 break
@@ -265,7 +265,7 @@ def _chunk_problem(batch: pa.RecordBatch) -> str | None:
     known, depths are not negative, intervals do not end before they start."""
     try:
         batch.validate(full=True)
-    except pa.ArrowInvalid as err:
+    except pa.ArrowException as err:
         return str(err)
     if batch.schema.remove_metadata() != EVENT_SCHEMA.remove_metadata():
         return "its columns are not rlscope's event schema"
