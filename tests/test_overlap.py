@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import numpy as np
 import pandas as pd
-from hypothesis import given, settings
+from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from rlscope.analyze.overlap import UNANNOTATED, breakdown, transitions
@@ -131,7 +131,7 @@ def nested_timeline(draw: st.DrawFn) -> list[tuple]:
     return rows
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nested_timeline())
 def test_cpu_side_sums_exactly_to_wall_time(rows: list[tuple]) -> None:
     frame = breakdown(make_trace(rows, 0, 10_000))
@@ -139,7 +139,7 @@ def test_cpu_side_sums_exactly_to_wall_time(rows: list[tuple]) -> None:
     assert (frame["time_ns"] > 0).all()
 
 
-@settings(max_examples=100, deadline=None)
+@settings(max_examples=100, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(nested_timeline(), st.randoms(use_true_random=False))
 def test_breakdown_does_not_depend_on_event_order(rows: list[tuple], rnd) -> None:
     trace = make_trace(rows, 0, 10_000)

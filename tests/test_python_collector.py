@@ -150,11 +150,28 @@ def test_extra_targets_reclassify_a_module(tmp_path: Path) -> None:
     assert calls(tmp_path) == {"SIMULATOR:zeros": 1}
 
 
-def _resident_bytes() -> int:
-    return int(Path("/proc/self/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+def _written_fraction(array: np.ndarray, nbytes: int) -> float:
+    """The share of the pages under ``nbytes`` from ``array``'s data that this process has
+    written (present or swapped out, from /proc/self/pagemap): a property of that buffer alone,
+    whatever else the process allocates or the machine reclaims meanwhile."""
+    page = os.sysconf("SC_PAGE_SIZE")
+    first, end = array.ctypes.data // page, -(-(array.ctypes.data + nbytes) // page)
+    with open("/proc/self/pagemap", "rb") as pagemap:
+        pagemap.seek(first * 8)
+        entries = np.frombuffer(pagemap.read((end - first) * 8), dtype=np.uint64)
+    return float(((entries >> np.uint64(62)) != 0).mean())  # bit 63 present, bit 62 swapped
 
 
-@pytest.mark.skipif(not Path("/proc/self/statm").exists(), reason="needs Linux's /proc")
+def _faults_of(action) -> int:
+    """Page faults this thread took while doing ``action()`` (no other thread's count)."""
+    import resource
+
+    before = resource.getrusage(resource.RUSAGE_THREAD).ru_minflt
+    action()
+    return resource.getrusage(resource.RUSAGE_THREAD).ru_minflt - before
+
+
+@pytest.mark.skipif(not Path("/proc/self/pagemap").exists(), reason="needs Linux's /proc")
 @pytest.mark.parametrize("recorder", ["Operations", "Collector"])
 def test_native_buffers_are_resident_from_the_start(recorder: str) -> None:
     """A fresh session's events cost what calibration measured in a long run's: its buffer is
@@ -163,18 +180,21 @@ def test_native_buffers_are_resident_from_the_start(recorder: str) -> None:
     from rlscope import _hotpath
 
     rows = 1 << 20  # 72 MiB: a fresh mapping, resident only once written
-    before = _resident_bytes()
     if recorder == "Operations":
         buffer = _hotpath.Operations(lambda name: 0, lambda: None, rows)
     else:
         buffer = _hotpath.Collector(lambda func: None, None, lambda: None, rows)
     size = rows * 9 * 8  # a chunk of rows of 9 int64
     assert buffer.pending() == 0
-    assert _resident_bytes() - before >= 0.9 * size
-    buffer.drain()  # the next buffer is prepared as the first was
-    assert _resident_bytes() - before >= 0.9 * size
-    buffer.drain(refill=False)  # the last drain leaves nothing behind
-    assert _resident_bytes() - before < 0.1 * size
+    drained: list[np.ndarray] = []  # each drain hands over the buffer it took, its pages still mapped
+    refilling = _faults_of(lambda: drained.append(buffer.drain()))  # the next buffer is prepared as the first was
+    last = _faults_of(lambda: drained.append(buffer.drain(refill=False)))
+    first, second = drained
+    assert len(first) == len(second) == 0 and first.ctypes.data != second.ctypes.data
+    assert _written_fraction(first, size) == _written_fraction(second, size) == 1.0  # written before any row
+    # The last drain leaves nothing behind: it touches none of the pages a refill writes (one
+    # fault per 2 MiB page at the least, where transparent huge pages are always on).
+    assert refilling >= size // (2 << 20) and last < refilling / 4, (refilling, last)
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook sees builtins only")

@@ -35,6 +35,17 @@ def manifest(tmp_path: Path, params: str = "{}", xs: str = "[1, 2, 3]", timeout:
     return path
 
 
+@pytest.fixture
+def timeout_s(tmp_path_factory: pytest.TempPathFactory) -> float:
+    """A ``timeout_s`` that kills a hung run yet lets a healthy one finish on this machine, however
+    loaded: 10x what a run of three repetitions of the toy workload took here just now, 2 s at
+    the least."""
+    here = tmp_path_factory.mktemp("healthy")
+    (outcome,) = sweep(manifest(here, xs="[1]", repetitions=3), here / "out").outcomes
+    assert outcome.status == "ok", outcome.message
+    return round(max(2.0, 10 * outcome.seconds), 1)
+
+
 def sweep(path: Path, out: Path, **kwargs):
     return run_sweep(load_manifest(path, "full"), out, progress=False, **kwargs)
 
@@ -107,33 +118,33 @@ def test_failing_run_in_the_middle_does_not_stop_the_sweep(tmp_path: Path) -> No
     assert [o.status for o in resumed.outcomes] == ["reused"] * 3
 
 
-def test_timeout_kills_the_run_and_leaves_no_done(tmp_path: Path) -> None:
+def test_timeout_kills_the_run_and_leaves_no_done(tmp_path: Path, timeout_s: float) -> None:
     out = tmp_path / "out"
-    summary = sweep(manifest(tmp_path, params="{hang_on: 1}", xs="[1, 2]", timeout=2), out)
+    summary = sweep(manifest(tmp_path, params="{hang_on: 1}", xs="[1, 2]", timeout=timeout_s), out)
     status = {o.run_id: o.status for o in summary.outcomes}
     assert status == {"x-1": "timeout", "x-2": "ok"}
     assert not (out / "toy" / "runs" / "x-1" / "DONE").exists()
     assert "timeout_s" in summary.failures[0].message
 
 
-def test_a_run_cut_off_keeps_the_repetitions_it_finished(tmp_path: Path) -> None:
+def test_a_run_cut_off_keeps_the_repetitions_it_finished(tmp_path: Path, timeout_s: float) -> None:
     out = tmp_path / "out"
-    summary = sweep(manifest(tmp_path, params="{hang_on_call: 2}", xs="[1]", timeout=5, repetitions=3), out)
+    summary = sweep(manifest(tmp_path, params="{hang_on_call: 2}", xs="[1]", timeout=timeout_s, repetitions=3), out)
     outcome = summary.outcomes[0]
     assert outcome.status == "timeout" and "the 1 of 3 repetitions it finished" in outcome.message
     assert not (outcome.run_dir / "DONE").exists()
     frame = pd.read_csv(out / "toy" / "results.csv")
     assert frame[["run_id", "repetition", "y", "status"]].values.tolist() == [["x-1", 0, 1.0, "timeout"]]
     # Not complete: a resume runs it again, and its full result replaces the partial one.
-    again = sweep(manifest(tmp_path, xs="[1]", timeout=5, repetitions=3), out)
+    again = sweep(manifest(tmp_path, xs="[1]", timeout=timeout_s, repetitions=3), out)
     assert [o.status for o in again.outcomes] == ["ok"]
     frame = pd.read_csv(out / "toy" / "results.csv")
     assert frame["repetition"].tolist() == [0, 1, 2] and set(frame["status"]) == {"ok"}
 
 
-def test_a_resumed_run_goes_on_from_the_repetitions_it_finished(tmp_path: Path) -> None:
+def test_a_resumed_run_goes_on_from_the_repetitions_it_finished(tmp_path: Path, timeout_s: float) -> None:
     out = tmp_path / "out"
-    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=4, repetitions=3)
+    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=timeout_s, repetitions=3)
     assert [o.status for o in sweep(path, out).outcomes] == ["timeout"]  # repetitions 0 and 1 finished
     again = sweep(path, out)  # the same run: its worker's first call is now repetition 2
     assert [o.status for o in again.outcomes] == ["ok"]
@@ -143,9 +154,9 @@ def test_a_resumed_run_goes_on_from_the_repetitions_it_finished(tmp_path: Path) 
     assert frame["repetition"].tolist() == [0, 1, 2] and set(frame["status"]) == {"ok"}
 
 
-def test_force_starts_an_unfinished_run_afresh(tmp_path: Path) -> None:
+def test_force_starts_an_unfinished_run_afresh(tmp_path: Path, timeout_s: float) -> None:
     out = tmp_path / "out"
-    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=4, repetitions=3)
+    path = manifest(tmp_path, params="{hang_on_call: 3}", xs="[1]", timeout=timeout_s, repetitions=3)
     sweep(path, out)
     forced = sweep(path, out, force=True)  # all three again, so the third hangs again
     assert [o.status for o in forced.outcomes] == ["timeout"]
@@ -289,19 +300,26 @@ def test_ctrl_c_keeps_finished_runs_and_resume_completes(tmp_path: Path, cli_env
 
 
 def test_manifests_share_the_slots_so_a_long_run_overlaps_the_next_manifests_runs(tmp_path: Path) -> None:
-    slow = load_manifest(manifest(tmp_path, params="{sleep_s: 4}", xs="[1]", repetitions=1), "full")
+    out = tmp_path / "o"
+    # The long run lasts until the quick manifest's results are written (or 50 s, if they never are).
+    slow_path = manifest(tmp_path, params=f"{{path: '{out / 'toy_quick' / 'results.csv'}', wait_s: 50}}", xs="[1]",
+                         repetitions=1)
+    slow_path.write_text(slow_path.read_text().replace("tests.toy_workloads:echo", "tests.toy_workloads:wait_for"))
+    slow = load_manifest(slow_path, "full")
     (tmp_path / "quick").mkdir()
     quick_path = manifest(tmp_path / "quick", xs="[1, 2, 3]", repetitions=1)
     quick_path.write_text(quick_path.read_text().replace("experiment: toy", "experiment: toy_quick"))
     quick = load_manifest(quick_path, "full")
     finished: list[str] = []
-    summaries = runner.run_sweeps([slow, quick], tmp_path / "o", executor=LocalExecutor(jobs=2), progress=False,
+    summaries = runner.run_sweeps([slow, quick], out, executor=LocalExecutor(jobs=2), progress=False,
                                   on_finished=lambda spec, _: finished.append(spec.experiment))
-    # With one slot each in turn, the slow manifest would finish first; sharing two, the three quick
-    # runs go through the second slot while the slow one sleeps.
+    # With one slot each in turn, the quick runs would wait for the long one, which would give up
+    # waiting for them and finish first; sharing two, the three quick runs go through the second
+    # slot while the long one waits.
     assert finished == ["toy_quick", "toy"]
     assert [[o.status for o in s.outcomes] for s in summaries] == [["ok"], ["ok", "ok", "ok"]]
     assert all(s.results_csv.exists() for s in summaries)
+    assert pd.read_csv(summaries[0].results_csv)["seen"].tolist() == [1.0]  # it saw them, rather than gave up
 
 
 def test_two_manifests_of_one_experiment_are_refused_before_any_run(tmp_path: Path) -> None:

@@ -44,6 +44,15 @@ def echo(x: int, fail_on: int = -1, sleep_s: float = 0.0, hang_on: int = -1, cra
     return {"y": float(x * x)}
 
 
+def wait_for(x: int, path: str, wait_s: float = 60.0) -> dict[str, float]:
+    """Return x squared once the file ``path`` exists, or after ``wait_s`` if it never does
+    (``seen`` says which): a run that outlasts another, however slow the machine."""
+    deadline = time.monotonic() + wait_s
+    while not os.path.exists(path) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return {"y": float(x * x), "seen": float(os.path.exists(path))}
+
+
 def gpu_env(x: int, device: str = "auto", sleep_s: float = 0.0) -> dict[str, str | float]:
     """Which GPUs the run was given, as its executor set them."""
     time.sleep(sleep_s)
