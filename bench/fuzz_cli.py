@@ -40,7 +40,9 @@ def main() -> int:
     for name, passing, failing, invalid in re.findall(
             r"::(test_\w+):\n(?:.*\n)*?\s+- (\d+) passing, (\d+) failing, and (\d+) invalid", output):
         tests[name] = {"passing": int(passing), "failing": int(failing), "invalid": int(invalid)}
-    failures = re.findall(r"Falsifying example: (.*?)(?=\n\n|\Z)", output, flags=re.S)
+    plain = re.sub(r"^E\s{1,3}", "", output, flags=re.M)  # pytest's prefix on the failure's lines
+    failures = re.findall(r"(?:Falsifying example|Failing test case): (.*?)(?=\n\s*Explanation:|\n\n|\Z)", plain,
+                          flags=re.S)
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True,
                             text=True).stdout.strip()
     record = {

@@ -105,7 +105,8 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
     except ValidationError as err:
         first = err.errors(include_url=False)[0]
         field = ".".join(map(str, first["loc"]))
-        raise TraceError(f"{meta_path}: field {field!r}: {first['msg']} (found {first.get('input')!r}); the file "
+        found = f" (found {first['input']!r})" if field else ""
+        raise TraceError(f"{meta_path}: {f'field {field!r}: ' if field else ''}{first['msg']}{found}; the file "
                          f"is damaged: profile the script again") from err
     dropped: list[Dropped] = []
     batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt, version >= 2, meta, dropped)
@@ -114,6 +115,7 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
                       f"events up to its last flushed chunk are used", TraceWarning, stacklevel=2)
     table = pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
     events = table.to_pandas()
+    _check_end(meta_path, meta, events)
     gpu = None
     if (directory / GPU_ROWS_FILE).exists():
         events, gpu = _read_gpu(directory, events, drop_corrupt, dropped)
@@ -132,6 +134,18 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
         warnings.warn(f"dropped {count} events in {len(parts)} {unit}{'s' if len(parts) > 1 else ''} of {path}: "
                       + "; ".join(f"{d.part}: {d.problem}" for d in parts), TraceWarning, stacklevel=2)
     return ProcessTrace(directory, meta, events, utilisation, gpu, tuple(dropped))
+
+
+def _check_end(meta_path: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:
+    """A session records its last phase up to its ``end_ns``: annotations that end later mean a
+    damaged meta.json, which analysis would read as a timeline shorter than its events."""
+    if meta["end_ns"] is None:
+        return
+    annotated = events["kind"].isin([int(Kind.OPERATION), int(Kind.PHASE), int(Kind.STEP)])
+    last = int(events.loc[annotated, "end_ns"].max()) if annotated.any() else meta["end_ns"]
+    if last > meta["end_ns"]:
+        raise TraceError(f"{meta_path}: end_ns {meta['end_ns']} is before the process's last annotation "
+                         f"({last}); the file is damaged: profile the script again")
 
 
 def _corrupt(path: Path, part: str, events: int | None, problem: str, drop_corrupt: bool,

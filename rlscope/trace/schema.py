@@ -31,7 +31,7 @@ import zlib
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
            "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_CRC_RECORD", "UTILISATION_FILE",
@@ -150,3 +150,9 @@ class ProcessMeta(BaseModel):
     first_step_ns: int | None = None
     host: str | None = None
     rlscope_version: str | None = None
+
+    @model_validator(mode="after")
+    def _ends_after_it_starts(self) -> ProcessMeta:
+        if self.end_ns is not None and self.end_ns < self.start_ns:
+            raise ValueError(f"end_ns {self.end_ns} is before start_ns {self.start_ns}")
+        return self
