@@ -3,6 +3,8 @@ earlier run into a new one unasked, and two writers at once are refused."""
 
 from __future__ import annotations
 
+import errno
+import os
 import subprocess
 import sys
 import textwrap
@@ -12,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from rlscope.collect.launch import default_output
-from rlscope.errors import RlscopeError
+from rlscope.errors import RlscopeError, os_error_message
 from rlscope.files import claim_output, output_lock
 
 SCRIPT = "import rlscope\nwith rlscope.profile(gpu=False, transitions=False):\n    rlscope.step()\n"
@@ -134,3 +136,22 @@ def test_run_refuses_an_experiment_directory_of_another_workload(tmp_path: Path,
     replaced = rlscope("run", str(other), "--output", str(out), "--no-plot", "--force", env=cli_env)
     assert replaced.returncode == 0, replaced.stderr
     assert "cuda_visible_devices" in (out / "toy" / "results.csv").read_text()
+
+
+@pytest.mark.parametrize("code, says", [
+    (errno.ENOSPC, "no space left"), (errno.EACCES, "permission denied"), (errno.EROFS, "read-only"),
+    (errno.ENOTDIR, "is a file, not a directory"), (errno.EISDIR, "is a directory"),
+])
+def test_each_os_error_is_one_line_with_its_fix(code: int, says: str) -> None:
+    message = os_error_message(OSError(code, os.strerror(code), "/data/out/x"))
+    assert message.startswith("/data/out/x: ") and says in message and "\n" not in message
+
+
+def test_an_output_under_a_file_ends_the_cli_in_one_line(tmp_path: Path, cli_env) -> None:
+    (tmp_path / "f").write_text("")
+    script = tmp_path / "train.py"
+    script.write_text(SCRIPT)
+    done = rlscope("prof", "--output", str(tmp_path / "f" / "trace"), "--", sys.executable, str(script), env=cli_env)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    where = tmp_path / "f" / "trace"
+    assert done.stderr.strip() == f"error: {where}: a part of this path is a file, not a directory; choose another path"
