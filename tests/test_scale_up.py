@@ -51,10 +51,23 @@ def test_nvml_measures_count_each_sample_once_from_the_process_that_saw_the_whol
     assert int(table.loc[table["measure"] == SMI, "samples"].iloc[0]) == 4
 
 
-def test_two_actors_and_a_learner_on_the_cpu_give_a_trace_and_a_breakdown_per_process():
-    from experiments.casestudies.profiled_scale_up import profiled_scale_up
+def _running(process) -> tuple[int, int] | None:
+    """When a process's ``running`` phase began and ended (None: it had none, as a helper process)."""
+    from experiments.casestudies.scale_up import RUNNING
+    from rlscope.trace.schema import Kind
 
-    result = profiled_scale_up(2, 2.0, device="cpu", timeout_s=300)
+    ev = process.events
+    phases = ev[(ev["kind"] == int(Kind.PHASE)) & (ev["name"] == RUNNING)]
+    return None if phases.empty else (int(phases["start_ns"].min()), int(phases["end_ns"].max()))
+
+
+def test_two_actors_and_a_learner_on_the_cpu_give_a_trace_and_a_breakdown_per_process(monkeypatch):
+    import experiments.casestudies.profiled_scale_up as scale_up
+
+    read: list[list] = []  # the processes' traces, as the rows were made from them
+    rows_of = scale_up.scale_up_rows
+    monkeypatch.setattr(scale_up, "scale_up_rows", lambda processes: read.append(processes) or rows_of(processes))
+    result = scale_up.profiled_scale_up(2, 2.0, device="cpu", timeout_s=300)
     assert result["gpu_skipped"] == "GPU measures need a GPU (device cpu)"
     assert not [r for r in result["rows"] if r["table"] == "gpu"]
     rows = pd.DataFrame([r for r in result["rows"] if r["table"] == "breakdown"])
@@ -63,8 +76,18 @@ def test_two_actors_and_a_learner_on_the_cpu_give_a_trace_and_a_breakdown_per_pr
     for worker in ("worker0", "worker1"):
         assert {"inference", "simulation"} <= per_process[worker]
     assert "backpropagation" in per_process["learner"]
-    # Each process's breakdown covers its time in the window (no more than all of it).
-    assert (rows.groupby("process")["share"].sum() <= 1.05).all()
+    # Each process ran from after the launcher's window opened until after it closed (it stops at
+    # its next check of the stop event: later on a loaded machine), and its breakdown covers its
+    # own running phase exactly, none of it twice.
+    (processes,) = read
+    running = {p.meta["process"]: span for p in processes if (span := _running(p)) is not None}
+    start, end = running["launcher"]
+    assert result["window_s"] == pytest.approx((end - start) / 1e9)
+    seconds = rows.groupby("process")["seconds"].sum()
+    for name in ("learner", "worker0", "worker1"):
+        began, ended = running[name]
+        assert start < began < end < ended, (name, running)
+        assert seconds[name] == pytest.approx((ended - began) / 1e9, rel=1e-6), (name, seconds[name], running)
     assert result["worker_steps_per_s"] > 0 and result["learner_updates_per_s"] > 0
 
 
