@@ -41,7 +41,8 @@ def cli() -> None:
               help="local: subprocesses on this machine; ray: Ray tasks (one CPU, one GPU where the run uses it).")
 @click.option("--address", default=None, metavar="ADDRESS",
               help="Ray: 'auto' or HOST:PORT of a running cluster (default: start Ray on this machine).")
-@click.option("--force", is_flag=True, help="Re-run runs that are already complete.")
+@click.option("--force", is_flag=True, help="Re-run runs that are already complete; replace the runs of another "
+                                           "workload in an experiment's directory.")
 @click.option("--plot/--no-plot", default=True, show_default=True, help="Draw the manifest's figures at the end.")
 @click.option("--set", "overrides", multiple=True, metavar="NAME=VALUE", callback=lambda _c, _p, v: _assignments(v),
               help="Give a parameter one value (after the scale's) in each manifest having it, e.g. --set device=cuda.")
@@ -200,14 +201,14 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
          then_analyze: bool, force: bool, append: bool, command: tuple[str, ...]) -> None:
     """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
     from rlscope.collect.launch import default_output, is_trace_part, run_profiled
-    from rlscope.files import claim_output, output_lock
+    from rlscope.outputs import claim_output, output_lock
 
     if force and append:
         raise click.UsageError("--force replaces the trace in --output and --append adds to it: give one")
     if output_dir is None:
         output_dir = default_output(list(command), "traces")
-    claim_output(output_dir, is_trace_part, force=force, append=append, what="a trace")
-    with output_lock(output_dir, "rlscope prof " + " ".join(command)):
+    with output_lock(output_dir, "rlscope prof " + " ".join(command)):  # claimed under the lock: see outputs
+        claim_output(output_dir, is_trace_part, force=force, append=append, what="a trace")
         trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, gpu=gpu,
                                        process=process, targets=list(targets))
         click.echo(f"trace: {trace_dir}", err=True)
@@ -246,17 +247,18 @@ def calibrate(output_dir: Path | None, repetitions: int, gpu: bool, timeout_s: f
     rlscope calibrate -- python train.py ARGS"""
     from rlscope.calibrate import CALIBRATION_FILE
     from rlscope.calibrate import calibrate as run_calibration
+    from rlscope.calibrate.ladder import is_calibration_part
     from rlscope.collect.launch import default_output
-    from rlscope.files import claim_output, output_lock
+    from rlscope.outputs import claim_output, output_lock
 
     if extend and output_dir is None:
         raise click.UsageError("--extend needs --output: the directory of the calibration to extend")
     if force and extend:
         raise click.UsageError("--force replaces the calibration in --output and --extend adds to it: give one")
     output_dir = output_dir or default_output(list(command), "calibration")
-    claim_output(output_dir, lambda p: p.name in (CALIBRATION_FILE, "runs"), force=force, append=extend,
-                 what="a calibration", append_flag="--extend")
     with output_lock(output_dir, "rlscope calibrate " + " ".join(command)):
+        claim_output(output_dir, is_calibration_part, force=force, append=extend, what="a calibration",
+                     append_flag="--extend")
         calibration, failures = run_calibration(list(command), output_dir, repetitions, gpu, timeout_s,
                                                 progress=lambda line: click.echo(line, err=True),
                                                 window_ms=window_ms, precision_pct=precision_pct,

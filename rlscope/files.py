@@ -1,24 +1,15 @@
-"""Files rlscope writes: atomically (a reader sees the old file or the new one, never half of
-either), into output directories that belong to one run and one writer at a time."""
+"""Atomic file writes: a reader sees the old file or the new one, never half of either."""
 
 from __future__ import annotations
 
-import contextlib
-import fcntl
 import json
 import os
-import shutil
 import tempfile
-import time
 import warnings
-from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
-from rlscope.errors import RlscopeError
-
-__all__ = ["write_atomic", "write_json_atomic", "read_json", "last_line", "output_lock", "claim_output", "LOCK_FILE",
-           "CorruptFileWarning"]
+__all__ = ["write_atomic", "write_json_atomic", "read_json", "last_line", "CorruptFileWarning"]
 
 
 def write_atomic(path: Path, data: str | bytes) -> None:
@@ -65,57 +56,3 @@ def last_line(log: Path) -> str:
     except OSError:
         return "no log"
     return lines[-1][:200] if lines else "no output"
-
-
-LOCK_FILE = ".rlscope.lock"
-
-
-@contextlib.contextmanager
-def output_lock(directory: Path, command: str, wait: bool = False) -> Iterator[None]:
-    """Hold ``directory``'s lock while writing into it: a second rlscope writing there at the same
-    time is refused, naming the first (``wait``: waits for it instead). The lock is the kernel's
-    (``flock``), so a writer that dies lets go of it at once and a stale lock file means nothing."""
-    directory.mkdir(parents=True, exist_ok=True)
-    path = directory / LOCK_FILE
-    fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o644)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
-        except BlockingIOError:
-            holder = os.pread(fd, 4096, 0).decode(errors="replace").strip() or "another process"
-            raise RlscopeError(f"{directory} is being written by {holder}; wait for it to finish, "
-                               f"or write to another directory") from None
-        os.ftruncate(fd, 0)
-        os.pwrite(fd, f"`{command}` (pid {os.getpid()}, since {time.strftime('%H:%M:%S')})\n".encode(), 0)
-        yield
-    finally:
-        os.close(fd)  # closing releases the lock
-
-
-def claim_output(directory: Path, is_ours: Callable[[Path], bool], *, force: bool, append: bool, what: str,
-                 append_flag: str = "--append") -> None:
-    """Make sure ``directory`` holds nothing of another run before one writes there.
-
-    An empty or absent directory is taken as it is. One holding an earlier run is refused, with
-    the fix: ``force`` removes what rlscope wrote there (the entries ``is_ours`` accepts) and
-    ``append`` keeps it, to add to it. Entries that are not rlscope's are the user's and are never
-    removed: a directory holding any is refused even with ``force``."""
-    if not directory.exists():
-        return
-    if not directory.is_dir():
-        raise RlscopeError(f"{directory} is a file, not a directory; give --output a directory path")
-    present = [p for p in directory.iterdir() if p.name != LOCK_FILE]
-    if not present or append:
-        return
-    foreign = sorted(p.name for p in present if not is_ours(p))
-    if foreign:
-        raise RlscopeError(f"{directory} holds files rlscope did not write ({', '.join(foreign[:5])}"
-                           f"{', ...' if len(foreign) > 5 else ''}); give --output a new or empty directory")
-    if not force:
-        raise RlscopeError(f"{directory} already holds {what}; add --force to replace it, {append_flag} to add to "
-                           f"it, or give --output a new directory")
-    for path in present:
-        if path.is_dir() and not path.is_symlink():
-            shutil.rmtree(path)
-        else:
-            path.unlink()

@@ -15,7 +15,7 @@ import pytest
 
 from rlscope.collect.launch import default_output
 from rlscope.errors import RlscopeError, os_error_message
-from rlscope.files import claim_output, output_lock
+from rlscope.outputs import claim_output, output_lock
 
 SCRIPT = "import rlscope\nwith rlscope.profile(gpu=False, transitions=False):\n    rlscope.step()\n"
 
@@ -155,3 +155,26 @@ def test_an_output_under_a_file_ends_the_cli_in_one_line(tmp_path: Path, cli_env
     assert done.returncode == 2 and "Traceback" not in done.stderr
     where = tmp_path / "f" / "trace"
     assert done.stderr.strip() == f"error: {where}: a part of this path is a file, not a directory; choose another path"
+
+
+def test_force_never_removes_a_trace_another_rlscope_is_writing(tmp_path: Path, cli_env) -> None:
+    trace = tmp_path / "trace"
+    (trace / "train.1").mkdir(parents=True)
+    (trace / "train.1" / "meta.json").write_text("{}")
+    with output_lock(trace, "rlscope prof -- python train.py"):
+        forced = rlscope("prof", "--force", "--output", str(trace), "--", sys.executable, "-c", "pass", env=cli_env)
+    assert forced.returncode == 2 and "is being written by `rlscope prof -- python train.py`" in forced.stderr
+    assert (trace / "train.1" / "meta.json").exists()
+
+
+@pytest.mark.parametrize("folder, files", [("figures", ["paper.tex"]), ("analysis", ["notes.md"]),
+                                           ("train.1", ["meta.json", "my_results.npy"])])
+def test_force_keeps_folders_rlscope_did_not_fill_itself(tmp_path: Path, folder: str, files: list[str]) -> None:
+    from rlscope.collect.launch import is_trace_part
+
+    (tmp_path / folder).mkdir()
+    for name in files:
+        (tmp_path / folder / name).write_text("mine")
+    with pytest.raises(RlscopeError, match=f"holds files rlscope did not write \\({folder}\\)"):
+        claim_output(tmp_path, is_trace_part, force=True, append=False, what="a trace")
+    assert all((tmp_path / folder / name).exists() for name in files)

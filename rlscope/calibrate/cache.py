@@ -6,6 +6,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import shutil
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,7 +14,7 @@ from typing import Any
 from rlscope.calibrate.ladder import calibrate
 from rlscope.calibrate.model import CALIBRATION_FILE, Calibration, CalibrationError, machine_fingerprint
 from rlscope.errors import RlscopeError
-from rlscope.files import claim_output, output_lock
+from rlscope.outputs import LOCK_FILE, output_lock
 
 __all__ = ["calibration_cache_dir", "find_cached_calibration", "cached_calibration"]
 
@@ -63,7 +64,11 @@ def cached_calibration(identity: list[str], command: Callable[[], list[str]], ca
         if (found := find_cached_calibration(identity, cache_dir, **options)) is not None:
             return Calibration.load(found), found
         # What an earlier, failed attempt left must not be mixed into this one's runs.
-        claim_output(directory, lambda p: True, force=True, append=False, what="a failed calibration")
+        for earlier in (p for p in directory.iterdir() if p.name != LOCK_FILE):
+            if earlier.is_dir():
+                shutil.rmtree(earlier)
+            else:
+                earlier.unlink()
         calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
         if failures:
             path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse

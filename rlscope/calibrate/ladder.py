@@ -77,6 +77,18 @@ def measure_run(trace_dir: Path) -> dict[str, Any]:
     return {"wall_ns": wall, "counts": counts}
 
 
+def is_calibration_part(path: Path) -> bool:
+    """Whether ``path``, in a calibration's directory, is something ``calibrate`` wrote there (what
+    ``rlscope calibrate --force`` may remove): ``calibration.json``, and ``runs/`` if each of its
+    folders is a calibration run's (it has the run's ``log.txt``)."""
+    if path.is_symlink():
+        return False
+    if path.name == CALIBRATION_FILE:
+        return path.is_file()
+    return path.name == "runs" and path.is_dir() and all(
+        run.is_dir() and not run.is_symlink() and (run / "log.txt").is_file() for run in path.iterdir())
+
+
 def calibrate(command: list[str], output: Path, repetitions: int = 3, gpu: bool = True, timeout_s: float = 3600,
               progress: Callable[[str], None] = print, window_ms: float = WINDOW_MS, precision_pct: float = 0.0,
               startup_pairs: int = STARTUP_PAIRS, extend: bool = False) -> tuple[Calibration, list[str]]:

@@ -27,11 +27,17 @@ from rlscope.collect.environment import (
 )
 from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
-from rlscope.trace.schema import META_FILE
+from rlscope.collect.windows import WINDOWS_FILE
+from rlscope.outputs import only_files
+from rlscope.trace.schema import (EVENTS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, GPU_ROWS_FILE, META_FILE,
+                                  UTILISATION_FILE)
 
 __all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
+# What a profiled process writes into its folder of a trace.
+PROCESS_FILES = frozenset({META_FILE, EVENTS_FILE, GPU_ROWS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, UTILISATION_FILE,
+                           WINDOWS_FILE})
 
 
 def default_output(command: list[str], kind: str) -> Path:
@@ -50,10 +56,19 @@ def default_output(command: list[str], kind: str) -> Path:
 
 
 def is_trace_part(path: Path) -> bool:
-    """Whether ``path``, in a trace directory, is something rlscope wrote there: a process's trace,
-    the analysis tables, the figures, a calibration (what ``rlscope prof --force`` may replace)."""
+    """Whether ``path``, in a trace directory, is something rlscope wrote there (what ``rlscope prof
+    --force`` may remove): a process's folder holding only a trace's files, the analysis tables,
+    the figures, a calibration. A folder that also holds anything else is the user's."""
+    if path.is_symlink():
+        return False
     if path.is_dir():
-        return (path / META_FILE).exists() or path.name in ("analysis", "figures")
+        if (path / META_FILE).exists():
+            return all(p.is_file() and p.name in PROCESS_FILES for p in path.iterdir())
+        if path.name == "analysis":
+            return only_files(path, (".csv", ".parquet"))
+        if path.name == "figures":
+            return only_files(path, (".pdf", ".png"))
+        return False
     return path.name == "calibration.json"
 
 
@@ -98,6 +113,9 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
         proc = subprocess.Popen(command, env=env, stdout=stdout, stderr=subprocess.STDOUT if stdout else None)
     except FileNotFoundError as err:
         raise RlscopeError(f"cannot run {command[0]!r}: not found; check the command after `--`") from err
+    except PermissionError as err:
+        raise RlscopeError(f"cannot run {command[0]!r}: it is not executable; run a script through its interpreter, "
+                           f"e.g. rlscope prof -- python {command[0]}") from err
     try:
         code = proc.wait(timeout=timeout_s)
     except subprocess.TimeoutExpired:

@@ -35,7 +35,8 @@ from tqdm import tqdm
 from rlscope._version import __version__
 from rlscope.harness.executors import Executor, LocalExecutor
 from rlscope.errors import ManifestError
-from rlscope.files import last_line, output_lock, read_json, write_atomic, write_json_atomic
+from rlscope.files import last_line, read_json, write_atomic, write_json_atomic
+from rlscope.outputs import output_lock
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.process import kill_worker, start_worker, worker_env
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
@@ -284,9 +285,10 @@ def run_sweeps(
         resolve_workload(manifest.workload)  # fail once, clearly, before starting N subprocesses
     sweeps = [_Sweep(manifest, output_dir / manifest.experiment) for manifest in manifests]
     with contextlib.ExitStack() as locks:
+        for sweep in sweeps:  # every lock first: --force removes nothing another rlscope is writing
+            locks.enter_context(output_lock(sweep.experiment_dir, f"rlscope run {sweep.manifest.path}"))
         for sweep in sweeps:
             _claim(sweep, force)
-            locks.enter_context(output_lock(sweep.experiment_dir, f"rlscope run {sweep.manifest.path}"))
         return _run_locked(sweeps, executor, force, progress, on_finished)
 
 
