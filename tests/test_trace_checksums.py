@@ -161,12 +161,34 @@ def test_an_end_of_stream_marker_mid_file_is_corrupt(tmp_path: Path) -> None:
         assert len(read_process(tmp_path / "p.1", drop_corrupt=True).events) == 200
 
 
-def test_a_torn_end_is_a_warning_not_corruption(tmp_path: Path) -> None:
+def crashed(directory: Path) -> None:
+    """Make the process's meta.json that of a process that died before it finished."""
+    meta = json.loads((directory / "meta.json").read_text())
+    (directory / "meta.json").write_text(json.dumps({**meta, "complete": False, "end_ns": None, "events": None}))
+
+
+def test_a_torn_end_of_a_crashed_process_is_a_warning_not_corruption(tmp_path: Path) -> None:
     path = write(tmp_path / "p.1")
+    crashed(tmp_path / "p.1")
     path.write_bytes(path.read_bytes()[:-100])
     with pytest.warns(TraceWarning, match="torn chunk after 10 complete"):
         trace = read_process(tmp_path / "p.1")
     assert trace.dropped == () and len(trace.events) == 1000
+
+
+@pytest.mark.parametrize("damage", ["cut", "removed"])
+def test_a_finished_process_whose_events_were_cut_or_removed_is_corrupt(tmp_path: Path, damage: str) -> None:
+    path = write(tmp_path / "p.1")
+    if damage == "cut":
+        path.write_bytes(path.read_bytes()[:-100])
+    else:
+        path.unlink()
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", TraceWarning)
+        with pytest.raises(TraceError, match=r"events \d[\d,]*\.\.1,010 is corrupt: the file holds [\d,]+ of the 1,010"):
+            read_process(tmp_path / "p.1")
+        kept = read_process(tmp_path / "p.1", drop_corrupt=True)
+    assert kept.dropped_events == 1010 - len(kept.events)
 
 
 def test_rlscope_analyze_names_a_damaged_chunk_in_one_line_and_reports_what_it_dropped(tmp_path: Path,

@@ -64,7 +64,7 @@ def test_a_write_is_timed_from_when_its_caller_began_it(tmp_path: Path) -> None:
 
 
 def test_torn_last_chunk_is_dropped_with_a_warning(tmp_path: Path) -> None:
-    write(tmp_path / "p.1", 1000, chunk=100)
+    write(tmp_path / "p.1", 1000, chunk=100, complete=False)
     events = tmp_path / "p.1" / "events.arrows"
     events.write_bytes(events.read_bytes()[:-50])
     # 1000 events and 10 records of writes: 10 full chunks and a last one of 10 rows, torn

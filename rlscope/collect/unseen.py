@@ -23,6 +23,7 @@ from __future__ import annotations
 import importlib.machinery
 import sys
 import types
+import warnings
 from collections.abc import Mapping
 from typing import Any
 
@@ -98,7 +99,10 @@ def unseen_targets(targets: Mapping[str, Category], modules: Mapping[str, Any] |
             continue
         try:
             found = _unseen_in(module, room)
-        except Exception:  # a module whose namespace cannot be read decides nothing
+        except Exception as err:  # a module whose namespace cannot be read decides nothing: said, not hidden
+            warnings.warn(f"rlscope: could not read {name}'s namespace ({type(err).__name__}: {err}); whether "
+                          f"Python {sys.version_info[0]}.{sys.version_info[1]} saw its calls is not recorded",
+                          RuntimeWarning, stacklevel=2)
             continue
         if found:
             entry = out.setdefault(target, {"category": Category(int(targets[target])).name.lower(), "examples": []})

@@ -133,7 +133,7 @@ def _runs(results: pd.DataFrame | None) -> pd.DataFrame:
     """One row per run in results.csv: its id, status and reason."""
     if results is None or results.empty:
         return pd.DataFrame(columns=["run_id", "status", "reason"])
-    return results.drop_duplicates("run_id")[["run_id", "status", "reason"]].fillna("")
+    return results.drop_duplicates("run_id")[["run_id", "status", "reason"]].astype(object).fillna("")
 
 
 def _counts(runs: pd.DataFrame) -> str:

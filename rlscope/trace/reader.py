@@ -113,6 +113,7 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
     if not meta.get("complete", False):
         warnings.warn(f"{directory}: the process did not finish profiling (crashed or killed); "
                       f"events up to its last flushed chunk are used", TraceWarning, stacklevel=2)
+    _check_count(directory / EVENTS_FILE, meta, sum(len(b) for b in batches), drop_corrupt, dropped)
     table = pa.Table.from_batches(batches, schema=EVENT_SCHEMA)
     events = table.to_pandas()
     _check_end(meta_path, meta, events)
@@ -134,6 +135,18 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
         warnings.warn(f"dropped {count} events in {len(parts)} {unit}{'s' if len(parts) > 1 else ''} of {path}: "
                       + "; ".join(f"{d.part}: {d.problem}" for d in parts), TraceWarning, stacklevel=2)
     return ProcessTrace(directory, meta, events, utilisation, gpu, tuple(dropped))
+
+
+def _check_count(path: Path, meta: dict[str, Any], read: int, drop_corrupt: bool, dropped: list[Dropped]) -> None:
+    """A finished process's meta.json counts the events it wrote: fewer in the file (cut, or
+    removed, after the process ended) are a damaged trace, not a crash's torn end."""
+    written = meta.get("events") if meta["complete"] else None
+    accounted = read + sum(d.events or 0 for d in dropped)
+    if written is None or accounted >= written or any(d.events is None for d in dropped):
+        return
+    _corrupt(path, f"events {accounted:,}..{written:,}", written - accounted,
+             f"the file holds {read:,} of the {written:,} events the finished process wrote (meta.json); it was cut "
+             f"or removed afterwards", drop_corrupt, dropped)
 
 
 def _check_end(meta_path: Path, meta: dict[str, Any], events: pd.DataFrame) -> None:

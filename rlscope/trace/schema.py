@@ -28,10 +28,11 @@ from __future__ import annotations
 import enum
 import struct
 import zlib
+from typing import Annotated, Literal
 
 import numpy as np
 import pyarrow as pa
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
            "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_CRC_RECORD", "UTILISATION_FILE",
@@ -132,6 +133,19 @@ def chunk_checksums(batch: pa.RecordBatch, names_before: int) -> dict[str, str]:
             "rlscope.names_crc32": f"{names_crc:08x}"}
 
 
+# perf_counter_ns values: never negative, and within the int64 columns of the events.
+Timestamp = Annotated[int, Field(ge=0, lt=2**63)]
+
+
+class UnseenCalls(BaseModel):
+    """A target whose calls the interpreter's hook could not see (``rlscope.collect.unseen``)."""
+
+    model_config = ConfigDict(strict=True)
+
+    category: Literal["backend", "simulator"]
+    examples: list[str] = []
+
+
 class ProcessMeta(BaseModel):
     """``meta.json`` of one process's trace: the fields analysis reads (a session writes more,
     kept as they are). Strict: a pid of ``"12"`` or ``true`` is a damaged file, not a pid."""
@@ -141,8 +155,8 @@ class ProcessMeta(BaseModel):
     schema_version: int
     process: str
     pid: int
-    start_ns: int
-    end_ns: int | None = None
+    start_ns: Timestamp
+    end_ns: Timestamp | None = None
     complete: bool = False
     main_tid: int | None = None
     events: int | None = None
@@ -150,6 +164,7 @@ class ProcessMeta(BaseModel):
     first_step_ns: int | None = None
     host: str | None = None
     rlscope_version: str | None = None
+    unseen_calls: dict[str, UnseenCalls] = {}  # Python 3.11: targets whose calls its hook cannot see
 
     @model_validator(mode="after")
     def _ends_after_it_starts(self) -> ProcessMeta:
