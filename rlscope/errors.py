@@ -1,9 +1,10 @@
 """Errors a user can cause and fix; the CLI prints them as one line and exits with code 2."""
 
 import errno
+from typing import Any
 
 __all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun", "TraceError", "NestingError",
-           "os_error_message"]
+           "os_error_message", "schema_problem"]
 
 
 class RlscopeError(Exception):
@@ -53,3 +54,16 @@ def os_error_message(err: OSError) -> str:
     path = f"{err.filename}" + (f" -> {err.filename2}" if err.filename2 else "") if err.filename else "a file"
     fix = _OS_FIXES.get(err.errno or -1)
     return f"{path}: {fix}" if fix else f"{path}: {err.strerror or err}"
+
+
+def schema_problem(err: Any) -> str:
+    """The first problem a file's schema (pydantic) found, in one phrase: the field (its path), what
+    it should be, and what was found there. ``err``: a ``pydantic.ValidationError``."""
+    first = err.errors(include_url=False)[0]
+    field = ".".join(str(p) for p in first["loc"] if isinstance(p, int) or not any(c in p for c in "[]("))
+    message = str(first["msg"]).replace("Input should be", "should be").removeprefix("Value error, ")
+    if not field:
+        return message
+    found = first.get("input")
+    shown = "" if isinstance(found, (dict, list)) else f", found {found!r}"
+    return f"field {field!r} {message}{shown}" if message.startswith("should") else f"field {field!r}: {message}{shown}"

@@ -165,7 +165,8 @@ def test_set_over_several_manifests_leaves_those_without_the_parameter_alone() -
 
 
 @pytest.mark.parametrize("text, expected", [
-    ("figures: [[a]]", ["m.yaml:14:", "'figures.0'", "unknown figure a list"]),
+    ("figures: [[a]]", ["m.yaml:14:", "'figures.0'", "expected a figure name, got a list"]),
+    ("exclude: [{x: [[1]]}]", ["'exclude.0.x'", "expected a single value", "got a list"]),
     ("exclude: [{nope: 1}]", ["m.yaml:13:", "'exclude.0.nope'", "not a grid parameter", "excludes nothing"]),
     ("exclude: [{mod: a}]", ["did you mean 'mode'?"]),
     ("params: {sleep_s: 0, x: 2}", ["x appear in both params and grid"]),

@@ -97,7 +97,10 @@ def test_a_figure_that_fails_is_reported_and_the_other_figures_are_drawn(tmp_pat
     (out / "toy" / "experiment.json").write_text(json.dumps(meta))
     results = pd.read_csv(out / "toy" / "results.csv").assign(backend="numpy", num_envs=1)
     results.to_csv(out / "toy" / "results.csv", index=False)
+    stale = out / "artifacts" / "experiment_toy" / "casestudy_time.png"
+    stale.write_bytes(b"drawn by an earlier run")
     written, failures = draw_experiment(out / "toy", out / "artifacts")
+    assert not stale.exists()  # never shown beside "not drawn" as if this run's
     assert [f.name for f in failures] == ["casestudy_time"] and "lacks table, iterations, seconds" in failures[0].reason
     assert sorted(p.name for p in written) == ["throughput_vs_envs.pdf", "throughput_vs_envs.png"]
     status = json.loads((out / "artifacts" / "experiment_toy" / "figures.json").read_text())

@@ -21,7 +21,7 @@ from pydantic import ConfigDict, TypeAdapter, ValidationError
 from pydantic import with_config as pydantic_config
 
 from rlscope._version import __version__
-from rlscope.errors import RlscopeError
+from rlscope.errors import RlscopeError, schema_problem
 from rlscope.files import write_json_atomic
 
 __all__ = ["CALIBRATION_FILE", "CALIBRATION_VERSION", "PROFILER_LAYER", "CONFIGS", "GPU_CONFIGS", "WINDOWS", "STARTUP",
@@ -77,7 +77,7 @@ class CalibrationWarning(UserWarning):
     """A calibration may not fit the trace it corrects, or has no confidence interval."""
 
 
-@pydantic_config(ConfigDict(extra="forbid"))
+@pydantic_config(ConfigDict(extra="forbid", strict=True))
 @dataclasses.dataclass(frozen=True)
 class Calibration:
     """Per-event costs (ns) with 95% confidence half-widths, and where they were measured.
@@ -120,7 +120,8 @@ class Calibration:
         """Read a ``calibration.json``; a missing, corrupt or other-version file is a ``CalibrationError``."""
         redo = "make one with `rlscope calibrate -- python train.py ARGS`"
         try:
-            data = json.loads(Path(path).read_text())
+            text = Path(path).read_text()
+            data = json.loads(text)
         except (OSError, ValueError) as err:
             raise CalibrationError(f"{path}: not a calibration file ({err}); {redo}") from err
         version = data.get("version", 1) if isinstance(data, dict) else None
@@ -128,12 +129,10 @@ class Calibration:
             raise CalibrationError(f"{path}: calibration format version {version}, this rlscope reads version "
                                    f"{CALIBRATION_VERSION}; calibrate again with this version ({redo})")
         try:
-            return _CALIBRATION_FILE.validate_python(data)
+            return _CALIBRATION_FILE.validate_json(text)
         except ValidationError as err:
-            first = err.errors(include_url=False)[0]
-            field = ".".join(map(str, first["loc"])) or "(top level)"
-            raise CalibrationError(f"{path}: not a version {CALIBRATION_VERSION} calibration: field {field!r}: "
-                                   f"{first['msg']}; {redo}") from err
+            raise CalibrationError(f"{path}: not a version {CALIBRATION_VERSION} calibration: {schema_problem(err)}; "
+                                   f"{redo}") from err
 
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""

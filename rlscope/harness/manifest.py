@@ -34,8 +34,9 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
-from rlscope.errors import ManifestError
+from rlscope.errors import ManifestError, WorkloadError
 from rlscope.harness.manifest_schema import SCALES, ManifestFile, YamlLoader, first_error, kind_of
+from rlscope.harness.worker import resolve_workload
 from rlscope.plot import FIGURES
 
 __all__ = ["Manifest", "GridPoint", "load_manifest", "with_overrides", "SCALES", "read_yaml_value"]
@@ -246,19 +247,18 @@ class _WorkloadCheck:
     library this machine lacks) is left to the runner, which says what is missing."""
 
     def __init__(self, workload: str) -> None:
-        module_name, _, function_name = workload.partition(":")
+        module_name = workload.partition(":")[0]
         self.workload = workload
         self.check_params: Callable[[str, Scalar], str | None] | None = None
         self.signature: inspect.Signature | None = None
         self.types: dict[str, TypeAdapter[Any]] = {}
         try:
-            module = importlib.import_module(module_name)
-        except ImportError:
-            return
-        self.check_params = getattr(module, "check_params", None)
-        function = getattr(module, function_name, None)
-        if not callable(function):
-            return  # the runner's resolve_workload says so, naming what the module has
+            function = resolve_workload(workload)
+        except WorkloadError as err:
+            if isinstance(err.__cause__, ImportError):
+                return  # a library this machine lacks: the runner says what is missing, or skips the run
+            raise
+        self.check_params = getattr(importlib.import_module(module_name), "check_params", None)
         try:
             self.signature = inspect.signature(function)
             hints = typing.get_type_hints(function)
@@ -296,7 +296,12 @@ class _WorkloadCheck:
                 wanted = err.errors(include_url=False)[0]["msg"].replace("Input should be", "should be")
                 return f"{kind_of(value)} does not fit workload {self.workload}'s parameter {name!r}: {wanted}"
         if self.check_params is not None:
-            return self.check_params(name, value)
+            try:
+                problem = self.check_params(name, value)
+            except Exception as err:  # the workload's own check failed: its bug, named
+                raise WorkloadError(f"workload {self.workload}: its check_params({name!r}, {value!r}) raised "
+                                    f"{type(err).__name__}: {err}; fix the workload's module") from err
+            return None if problem is None else str(problem)
         return None
 
     def missing(self, given: set[str]) -> str | None:

@@ -69,9 +69,9 @@ def _unique(values: list[Any]) -> list[Any]:
 
 def _figure(name: Any) -> str:
     if not isinstance(name, str) or name not in FIGURES:
-        what = repr(name) if isinstance(name, str) else kind_of(name)
-        raise PydanticCustomError("figure", "unknown figure {name}; known figures: {known}",
-                                  {"name": what, "known": ", ".join(sorted(FIGURES))})
+        what = f"unknown figure {name!r}" if isinstance(name, str) else f"expected a figure name, got {kind_of(name)}"
+        raise PydanticCustomError("figure", "{what}; known figures: {known}",
+                                  {"what": what, "known": ", ".join(sorted(FIGURES))})
     return name
 
 
@@ -137,7 +137,9 @@ class ManifestFile(_Model):
 
 def describe_error(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
     """The path of the field at fault and one sentence saying what is wrong and how to fix it."""
-    loc = tuple(error["loc"])
+    # Union members and validators name themselves in the path ("function-after[...]", "list[...]"):
+    # a user's path has field names and list positions only.
+    loc = tuple(p for p in error["loc"] if isinstance(p, int) or not re.search(r"[\[\](]", p) or p == "[key]")
     kind, found = error["type"], error.get("input")
     if loc and loc[-1] == "[key]":  # a mapping's key: the path ends at the mapping
         return loc[:-2], f"name {loc[-2]!r} is not a Python identifier (letters, digits and _)"
@@ -162,6 +164,8 @@ def describe_error(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
         return loc, f"{found!r} is not of the form 'package.module:function'"
     if top in ("grid",) or (top == "scales" and "grid" in names):
         if len(names) >= 2 and names[-1] not in ("grid",) and kind in ("list_type", "too_short"):
+            if isinstance(found, list):
+                return loc, "expected a non-empty list of values, got an empty list; list at least one value"
             return loc, (f"expected a non-empty list of values, got {kind_of(found)}; "
                          f"write [{found}] for a single value or move it to params")
     if top == "exclude" or (top == "scales" and "exclude" in names):

@@ -43,6 +43,9 @@ def resolve_workload(spec: str) -> Callable[..., Mapping[str, Any]]:
     except SyntaxError as err:
         raise WorkloadError(f"workload {spec!r}: {err.filename}:{err.lineno}: syntax error ({err.msg}); "
                             f"fix the workload's code") from err
+    except Exception as err:  # the workload's own module failed as it was imported: its bug, named
+        raise WorkloadError(f"workload {spec!r}: importing {module_name} raised {type(err).__name__}: {err}; "
+                            f"fix the workload's module") from err
     func = getattr(module, func_name, None)
     if not callable(func):
         raise WorkloadError(f"workload {spec!r}: {module_name} has no function {func_name!r}")

@@ -14,7 +14,7 @@ from typing import Any, Literal
 import pandas as pd
 from pydantic import BaseModel, ConfigDict, ValidationError
 
-from rlscope.errors import ResultsError
+from rlscope.errors import ResultsError, schema_problem
 from rlscope.plot import FIGURES
 
 __all__ = ["ExperimentRecord", "read_experiment", "read_results", "missing_columns", "EXPERIMENT_FILE",
@@ -53,9 +53,7 @@ def read_experiment(directory: Path) -> dict[str, Any]:
     try:
         return ExperimentRecord.model_validate(data).model_dump()
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        field = ".".join(map(str, first["loc"])) or "(top level)"
-        raise ResultsError(f"{path}: field {field!r}: {first['msg']}; {rerun}") from err
+        raise ResultsError(f"{path}: {schema_problem(err)}; {rerun}") from err
 
 
 def read_results(directory: Path, rerun: str) -> pd.DataFrame:

@@ -99,6 +99,9 @@ def draw_experiment(experiment_dir: Path, artifacts_dir: Path) -> tuple[list[Pat
             failures.append(FigureFailure(name, f"{type(err).__name__}: {err}"))
             continue
         written += save_figure(figure, out_dir, name)
+    for failure in failures:  # a figure drawn by an earlier run would be read as this one's
+        for suffix in ("pdf", "png"):
+            (out_dir / f"{failure.name}.{suffix}").unlink(missing_ok=True)
     status = {f.name: {"status": "failed", "reason": f.reason} for f in failures}
     status.update({p.stem: {"status": "ok", "reason": ""} for p in written})
     write_json_atomic(out_dir / FIGURES_STATUS, status)

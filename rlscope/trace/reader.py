@@ -23,7 +23,7 @@ import pandas as pd
 import pyarrow as pa
 from pydantic import ValidationError
 
-from rlscope.errors import TraceError
+from rlscope.errors import TraceError, schema_problem
 from rlscope.trace.schema import (
     CHECKSUM_KEYS,
     EVENT_SCHEMA,
@@ -103,11 +103,7 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
     try:
         meta = ProcessMeta.model_validate(meta).model_dump()
     except ValidationError as err:
-        first = err.errors(include_url=False)[0]
-        field = ".".join(map(str, first["loc"]))
-        found = f" (found {first['input']!r})" if field else ""
-        raise TraceError(f"{meta_path}: {f'field {field!r}: ' if field else ''}{first['msg']}{found}; the file "
-                         f"is damaged: profile the script again") from err
+        raise TraceError(f"{meta_path}: {schema_problem(err)}; the file is damaged: profile the script again") from err
     dropped: list[Dropped] = []
     batches = _read_chunks(directory / EVENTS_FILE, drop_corrupt, version >= 2, meta, dropped)
     if not meta.get("complete", False):
