@@ -12,6 +12,7 @@ import zlib
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pyarrow as pa
 import pytest
 
@@ -202,7 +203,9 @@ def test_rlscope_analyze_names_a_damaged_chunk_in_one_line_and_reports_what_it_d
     kept = subprocess.run([*command, "--drop-corrupt"], capture_output=True, text=True, env=cli_env)
     assert kept.returncode == 0 and "Traceback" not in kept.stderr, kept.stderr
     assert "dropped 100 events in 1 corrupt chunk of" in kept.stderr
-    assert (tmp_path / "analysis" / "breakdown.csv").exists()
+    breakdown = pd.read_csv(tmp_path / "analysis" / "breakdown.csv", keep_default_na=False)
+    assert (breakdown["caveat"].str.contains("100 of this process's events were in corrupt parts")).all()
+    assert "100 of this process's events" in kept.stdout  # the printed table says it too
 
 
 # gpu.rows and gpu.rows.crc ----------------------------------------------------------------------

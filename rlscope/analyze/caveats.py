@@ -1,5 +1,8 @@
 """Caveats: what a process's trace could not record, said on the rows of the tables it falsifies.
 
+Events left out as corrupt (``--drop-corrupt``) make every row of their process too low: all its
+rows carry that caveat.
+
 A process profiled with Python 3.11's profile hook cannot see calls into some targets (their
 extension modules' ufuncs, nanobind and Cython callables: ``rlscope.collect.unseen``): the time
 of those calls is counted as Python and the calls as no transition. Its Python rows, the rows of
@@ -17,7 +20,8 @@ import pandas as pd
 
 from rlscope.collect.unseen import UNSEEN_CALLS
 
-__all__ = ["CAVEAT", "unseen_calls_caveat", "mark_rows", "markers", "marked_groups"]
+__all__ = ["CAVEAT", "unseen_calls_caveat", "dropped_events_caveat", "add_caveat", "mark_rows", "markers",
+           "marked_groups"]
 
 CAVEAT = "caveat"
 _LAYER = {"backend": "Backend", "simulator": "Simulator"}
@@ -35,6 +39,20 @@ def unseen_calls_caveat(meta: Mapping[str, Any]) -> tuple[str, set[str], set[str
               f"callables): their time counts as Python, and they count no Python->{'/'.join(sorted(layers))} "
               f"transitions; Python >= 3.12 sees them")
     return caveat, {"Python", *layers}, {f"Python->{layer}" for layer in layers}
+
+
+def dropped_events_caveat(dropped_events: int) -> str:
+    """The caveat of a process whose trace lost ``dropped_events`` to corruption (``--drop-corrupt``)."""
+    if not dropped_events:
+        return ""
+    return (f"{dropped_events:,} of this process's events were in corrupt parts of its trace and are left out "
+            f"(rlscope analyze --drop-corrupt): its times and counts are too low")
+
+
+def add_caveat(frame: pd.DataFrame, caveat: str) -> None:
+    """Add ``caveat`` to every row of ``frame`` (in place), after any caveat a row already has."""
+    if caveat:
+        frame[CAVEAT] = [f"{old}; {caveat}" if old else caveat for old in frame[CAVEAT]]
 
 
 def mark_rows(breakdown: pd.DataFrame, transitions: pd.DataFrame, meta: Mapping[str, Any],

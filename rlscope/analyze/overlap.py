@@ -18,7 +18,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.analyze.attribution import outermost
-from rlscope.analyze.caveats import mark_rows
+from rlscope.analyze.caveats import add_caveat, dropped_events_caveat, mark_rows
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import GPU_WORK_KINDS, Category, Kind
 
@@ -206,6 +206,8 @@ def analyze_process(trace: ProcessTrace) -> tuple[pd.DataFrame, pd.DataFrame]:
     counts = pd.DataFrame(t_rows, columns=["process", "thread", "phase", "operation", "transition", "count",
                                            "iterations", "per_iteration"])
     counts = mark_rows(frame, counts, trace.meta, dict(zip(phase_labels, iterations.tolist())))
+    for table in (frame, counts):
+        add_caveat(table, dropped_events_caveat(trace.dropped_events))
     return frame, counts
 
 
