@@ -227,11 +227,12 @@ class TransitionCollector:
         if self._impl is not None:
             self._drain(started_ns)
             return
-        self.paused = True
-        try:
-            self.writer.flush(started_ns)
-        finally:
-            self.paused = False
+        with self.writer.lock:
+            self.paused = True
+            try:
+                self.writer.flush(started_ns)
+            finally:
+                self.paused = False
 
     def _drain(self, started_ns: int | None = None, last: bool = False) -> None:
         """Move natively buffered rows into the writer and write them out. The drain is part of
@@ -239,12 +240,15 @@ class TransitionCollector:
         the ``last`` one."""
         started = time.perf_counter_ns() if started_ns is None else started_ns
         impl = self._impl
-        paused, impl.paused = impl.paused, True
-        try:
-            self.writer.append_block(impl.drain(refill=not last))
-            self.writer.flush(started)
-        finally:
-            impl.paused = paused
+        # Under the writer's lock: two recording threads writing at once would otherwise each
+        # restore the other's pause, and recording could stay paused for the rest of the session.
+        with self.writer.lock:
+            paused, impl.paused = impl.paused, True
+            try:
+                self.writer.append_block(impl.drain(refill=not last))
+                self.writer.flush(started)
+            finally:
+                impl.paused = paused
 
     def drain_to_writer(self) -> None:
         """Hand natively buffered rows to the writer, copied out (a time-bound write of a few
