@@ -1,4 +1,5 @@
-"""On a GPU machine: the CUPTI tracer's ``gpu.rows.crc`` covers every row it wrote and verifies, and
+"""On a GPU machine: the CUPTI tracer's ``gpu.rows.crc`` and ``gpu.names.crc`` cover every row and
+name it wrote and verify, and
 a profiled torch loop SIGKILLed 4 s in keeps its CPU and GPU events up to its last time-bound write.
 
 ``OUT=DIR python bench/gpu_trace_check.py`` (needs torch with CUDA) writes ``DIR/gpu_check.json``,
@@ -48,10 +49,14 @@ def finished(script: Path, out: Path) -> dict:
         (proc,) = read_attributed(out / "done")
     crc = (proc_dir / "gpu.rows.crc").read_bytes()
     records = [GPU_CRC_RECORD.unpack_from(crc, i) for i in range(0, len(crc), GPU_CRC_RECORD.size)]
+    names_crc = (proc_dir / "gpu.names.crc").read_bytes()
+    name_records = [GPU_CRC_RECORD.unpack_from(names_crc, i) for i in range(0, len(names_crc), GPU_CRC_RECORD.size)]
     events = proc.events
     return {"gpu_meta": {k: proc.meta["gpu"].get(k) for k in ("status", "rows_written", "dropped", "buffers")},
             "crc_records": len(records), "rows_in_records": sum(r[1] for r in records),
             "rows_file": (proc_dir / "gpu.rows").stat().st_size // 72,
+            "names_crc_records": len(name_records), "bytes_in_name_records": sum(r[1] for r in name_records),
+            "names_file_bytes": (proc_dir / "gpu.names").stat().st_size,
             "kernels": int((events["kind"] == int(Kind.GPU_KERNEL)).sum()),
             "api": int((events["kind"] == int(Kind.CUDA_API)).sum())}
 

@@ -186,7 +186,8 @@ def test_a_finished_process_whose_events_were_cut_or_removed_is_corrupt(tmp_path
         path.unlink()
     with warnings.catch_warnings():
         warnings.simplefilter("ignore", TraceWarning)
-        with pytest.raises(TraceError, match=r"events \d[\d,]*\.\.1,010 is corrupt: the file holds [\d,]+ of the 1,010"):
+        cut_or_gone = r"events \d[\d,]*\.\.1,010 is corrupt: the file holds [\d,]+ of the 1,010"
+        with pytest.raises(TraceError, match=cut_or_gone):
             read_process(tmp_path / "p.1")
         kept = read_process(tmp_path / "p.1", drop_corrupt=True)
     assert kept.dropped_events == 1010 - len(kept.events)
@@ -277,3 +278,39 @@ def test_the_native_tracer_checksums_as_zlib_does() -> None:
     for size in (0, 1, 7, 8, 9, 64, 1000, 72 * 4096 + 5):
         data = rng.integers(0, 256, size, dtype=np.uint8).tobytes()
         assert _cupti.crc32(data) == zlib.crc32(data), size
+
+
+def write_names(directory: Path, writes: list[list[str]]) -> Path:
+    """gpu.names written as the native tracer writes it, each write followed by its record in
+    gpu.names.crc: (index of its first name, bytes, CRC-32 of the bytes, CRC-32 of the record)."""
+    names_path = directory / "gpu.names"
+    first = 0
+    with open(names_path, "wb") as names, open(directory / "gpu.names.crc", "wb") as crc:
+        for batch in writes:
+            text = "".join(f"{n}\n" for n in batch).encode()
+            names.write(text)
+            head = struct.pack("<qqI", first, len(text), zlib.crc32(text))
+            crc.write(head + struct.pack("<I", zlib.crc32(head)))
+            first += len(batch)
+    return names_path
+
+
+def test_gpu_names_are_verified_and_a_damaged_write_is_named_not_misread(tmp_path: Path) -> None:
+    rows_path, _ = write_gpu(tmp_path / "p.1", [6])
+    raw = np.frombuffer(rows_path.read_bytes(), dtype="<i8").reshape(-1, 9).copy()
+    raw[:, 6] = np.arange(6) % 3  # rows name kernels 0, 1, 2
+    rows_path.write_bytes(raw.tobytes())
+    head = struct.pack("<qqI", 0, 6, zlib.crc32(raw.tobytes()))
+    (tmp_path / "p.1" / "gpu.rows.crc").write_bytes(head + struct.pack("<I", zlib.crc32(head)))
+    names = write_names(tmp_path / "p.1", [["gemm"], ["relu", "softmax"]])
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert read_process(tmp_path / "p.1").gpu["name"].tolist() == ["gemm", "relu", "softmax"] * 2
+    damaged = bytearray(names.read_bytes())
+    damaged[len("gemm\nre")] = ord("\n")  # a newline where none was: every later name would shift
+    names.write_bytes(bytes(damaged))
+    with pytest.raises(TraceError, match=r"gpu.names: names 1\.\.\d \(bytes 5..18\) is corrupt: checksum mismatch"):
+        read_process(tmp_path / "p.1")
+    with pytest.warns(TraceWarning, match="1 damaged write"):
+        gpu = read_process(tmp_path / "p.1", drop_corrupt=True).gpu
+    assert gpu["name"].tolist() == ["gemm", "(corrupt name)", "(corrupt name)"] * 2  # times kept, names not guessed

@@ -159,7 +159,8 @@ def test_a_meta_json_of_the_wrong_shape_is_one_error_naming_the_field(tmp_path: 
     meta_path = next(tmp_path.glob("*/meta.json"))
     meta = json.loads(meta_path.read_text())
     meta_path.write_text(json.dumps({**meta, "pid": "12"}))
-    with pytest.raises(TraceError, match=r"meta.json: field 'pid' should be a valid integer, found '12'.*profile the script again"):
+    wrong_pid = r"meta.json: field 'pid' should be a valid integer, found '12'.*profile the script again"
+    with pytest.raises(TraceError, match=wrong_pid):
         read_trace(tmp_path)
     meta_path.write_text(json.dumps([meta]))
     with pytest.raises(TraceError, match="schema version None"):

@@ -3,7 +3,8 @@
 // (names to gpu.names), none of it under the GIL. Included once, by module.cpp.
 //
 // Every write of rows is followed by a checksum record in gpu.rows.crc (rlscope.trace.schema's
-// GPU_CRC_RECORD), so the reader can tell damaged rows from good ones. A thread of the tracer's
+// GPU_CRC_RECORD), and every write of names by one in gpu.names.crc, so the reader can tell damaged
+// rows and names from good ones. A thread of the tracer's
 // hands CUPTI's completed records and every thread's API calls to gpu.rows once a second
 // (RLSCOPE_FLUSH_INTERVAL_S, as rlscope.collect.flusher does for the CPU side), so a process
 // killed without warning loses about that much.
@@ -118,7 +119,8 @@ public:
         rows_fd_ = ::open(rows_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         names_fd_ = ::open(names_path_.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
         crc_fd_ = ::open((rows_path_ + ".crc").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-        if (rows_fd_ < 0 || names_fd_ < 0 || crc_fd_ < 0) {
+        names_crc_fd_ = ::open((names_path_ + ".crc").c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+        if (rows_fd_ < 0 || names_fd_ < 0 || crc_fd_ < 0 || names_crc_fd_ < 0) {
             const std::string why = std::strerror(errno);
             release();
             close_files();
@@ -272,7 +274,9 @@ private:
         rows_.insert(rows_.end(), rows.begin(), rows.end());
     }
 
-    // Names first: rows never refer to an unwritten name. Called with mutex_ held.
+    // Names first: rows never refer to an unwritten name. Each write is followed by its record in
+    // gpu.names.crc, as rows' are: (index of its first name, bytes, CRC-32 of those bytes, CRC-32
+    // of the record's first 20 bytes). Called with mutex_ held.
     void write_fresh_names() {
         if (decoder_->names.fresh.empty()) return;
         std::string text;
@@ -280,8 +284,22 @@ private:
             text += name;
             text += '\n';
         }
+        const uint64_t count = decoder_->names.fresh.size();
         decoder_->names.fresh.clear();
         write_all(names_fd_, text.data(), text.size());
+        write_record(names_crc_fd_, names_written_, text.size(), crc32(text.data(), text.size()));
+        names_written_ += count;
+    }
+
+    // One checksum record (rlscope.trace.schema's GPU_CRC_RECORD), little-endian.
+    static void write_record(int fd, uint64_t first, uint64_t count, uint32_t crc) {
+        unsigned char record[24];
+        std::memcpy(record, &first, 8);
+        std::memcpy(record + 8, &count, 8);
+        std::memcpy(record + 16, &crc, 4);
+        const uint32_t record_crc = crc32(record, 20);
+        std::memcpy(record + 20, &record_crc, 4);
+        write_all(fd, record, sizeof(record));
     }
 
     // Buffer and clock callbacks: once per attachment (cuptiFinalize forgets them), with the
@@ -359,7 +377,7 @@ private:
     }
 
     void close_files() {
-        for (int *fd : {&rows_fd_, &names_fd_, &crc_fd_}) {
+        for (int *fd : {&rows_fd_, &names_fd_, &crc_fd_, &names_crc_fd_}) {
             if (*fd >= 0) ::close(*fd);
             *fd = -1;
         }
@@ -442,14 +460,7 @@ private:
         const size_t bytes = rows_.size() * sizeof(int64_t);
         write_all(rows_fd_, rows_.data(), bytes);
         const uint64_t rows = rows_.size() / kWidth;
-        unsigned char record[24];
-        const uint32_t rows_crc = crc32(rows_.data(), bytes);
-        std::memcpy(record, &rows_written_, 8);
-        std::memcpy(record + 8, &rows, 8);
-        std::memcpy(record + 16, &rows_crc, 4);
-        const uint32_t record_crc = crc32(record, 20);
-        std::memcpy(record + 20, &record_crc, 4);
-        write_all(crc_fd_, record, sizeof(record));
+        write_record(crc_fd_, rows_written_, rows, crc32(rows_.data(), bytes));
         rows_written_ += rows;
         rows_.clear();  // keeps the capacity
     }
@@ -487,7 +498,7 @@ private:
     std::unique_ptr<Decoder> decoder_;
     std::vector<int64_t> rows_;
     std::set<int> on_;  // the activity kinds on now (set_kinds() switches them)
-    int rows_fd_ = -1, names_fd_ = -1, crc_fd_ = -1;
+    int rows_fd_ = -1, names_fd_ = -1, crc_fd_ = -1, names_crc_fd_ = -1;
     std::unique_ptr<std::thread> flusher_;  // the time-bound writes (start_flusher)
     std::mutex flusher_mutex_;
     std::condition_variable flusher_wake_;
@@ -496,7 +507,7 @@ private:
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
     bool by_callback_ = false, callbacks_on_ = false;  // API calls through callbacks
     ApiIds untraced_;
-    uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0;
+    uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0, names_written_ = 0;
     std::map<uint64_t, std::pair<uint64_t, uint64_t>> processing_;  // thread -> (buffers, ns)
 };
 

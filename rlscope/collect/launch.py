@@ -29,15 +29,15 @@ from rlscope.collect.python import parse_targets
 from rlscope.errors import RlscopeError
 from rlscope.collect.windows import WINDOWS_FILE
 from rlscope.outputs import only_files
-from rlscope.trace.schema import (EVENTS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, GPU_ROWS_FILE, META_FILE,
-                                  UTILISATION_FILE)
+from rlscope.trace.schema import (EVENTS_FILE, GPU_NAMES_CRC_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, GPU_ROWS_FILE,
+                                  META_FILE, UTILISATION_FILE)
 
 __all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 # What a profiled process writes into its folder of a trace.
-PROCESS_FILES = frozenset({META_FILE, EVENTS_FILE, GPU_ROWS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, UTILISATION_FILE,
-                           WINDOWS_FILE})
+PROCESS_FILES = frozenset({META_FILE, EVENTS_FILE, GPU_ROWS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE,
+                           GPU_NAMES_CRC_FILE, UTILISATION_FILE, WINDOWS_FILE})
 
 
 def default_output(command: list[str], kind: str) -> Path:

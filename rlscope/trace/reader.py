@@ -29,6 +29,7 @@ from rlscope.trace.schema import (
     EVENT_SCHEMA,
     EVENTS_FILE,
     GPU_CRC_RECORD,
+    GPU_NAMES_CRC_FILE,
     GPU_NAMES_FILE,
     GPU_ROWS_CRC_FILE,
     GPU_ROWS_FILE,
@@ -125,11 +126,15 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
                           TraceWarning, stacklevel=2)
     for path in dict.fromkeys(d.path for d in dropped):
         parts = [d for d in dropped if d.path == path]
+        details = "; ".join(f"{d.part}: {d.problem}" for d in parts)
+        if path.name in (GPU_NAMES_FILE, GPU_NAMES_CRC_FILE):
+            warnings.warn(f"{path}: {len(parts)} damaged write(s) of names: {details}", TraceWarning, stacklevel=2)
+            continue
         unit = "corrupt chunk" if path.name == EVENTS_FILE else "corrupt range of rows"
         known = sum(d.events or 0 for d in parts)
         count = f"{known:,}" + (" or more" if any(d.events is None for d in parts) else "")
         warnings.warn(f"dropped {count} events in {len(parts)} {unit}{'s' if len(parts) > 1 else ''} of {path}: "
-                      + "; ".join(f"{d.part}: {d.problem}" for d in parts), TraceWarning, stacklevel=2)
+                      + details, TraceWarning, stacklevel=2)
     return ProcessTrace(directory, meta, events, utilisation, gpu, tuple(dropped))
 
 
@@ -362,6 +367,42 @@ def _verified_gpu_rows(path: Path, raw: bytes, total: int, drop_corrupt: bool,
     return keep
 
 
+def _gpu_names(path: Path, drop_corrupt: bool, dropped: list[Dropped]) -> list[str]:
+    """``gpu.names``, one name a line, checked against ``gpu.names.crc`` where there is one: a name
+    in a damaged write reads as "(corrupt name)" with ``drop_corrupt`` (its rows keep their times),
+    else the trace is refused. A torn last name (the process died while writing) is dropped."""
+    raw = path.read_bytes() if path.exists() else b""
+    sidecar = path.with_name(GPU_NAMES_CRC_FILE)
+    if not sidecar.exists():
+        return raw.decode(errors="replace").split("\n")[:-1]
+    data = sidecar.read_bytes()
+    size = GPU_CRC_RECORD.size
+    names: list[str] = []
+    offset = 0
+    for i in range(len(data) // size):
+        record = data[i * size:(i + 1) * size]
+        first, count, crc, own = GPU_CRC_RECORD.unpack(record)
+        if zlib.crc32(record[:size - 4]) != own or first != len(names) or count < 0:
+            _corrupt(sidecar, f"record {i}", 0, "its own checksum or position does not hold; the names from "
+                                                  f"{len(names):,} on are not vouched for", drop_corrupt, dropped)
+            break
+        chunk = raw[offset:offset + count]
+        following = GPU_CRC_RECORD.unpack(data[(i + 1) * size:(i + 2) * size])[0] \
+            if len(data) >= (i + 2) * size else None
+        if len(chunk) == count and zlib.crc32(chunk) == crc:
+            names += chunk.decode(errors="replace").split("\n")[:-1]
+        else:
+            # The names a damaged write held: up to the next write's first; for the last write, as
+            # many as its lines (rows naming one past them read as "(unknown)").
+            lost = following - first if following is not None and following > first else max(1, chunk.count(b"\n"))
+            _corrupt(path, f"names {first:,}..{first + lost - 1:,} (bytes {offset:,}..{offset + count:,})", 0,
+                     f"checksum mismatch (record {i} of {sidecar.name}); their rows read as \"(corrupt name)\"",
+                     drop_corrupt, dropped)
+            names += ["(corrupt name)"] * lost
+        offset += count
+    return names
+
+
 def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool,
               dropped: list[Dropped]) -> tuple[pd.DataFrame, pd.DataFrame]:
     """The GPU collector's rows as a frame of the event columns, and ``events`` with the name
@@ -382,8 +423,7 @@ def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool,
                  f"kind {first[0]}, {first[4]}..{first[5]} ns, and nothing after it can be trusted",
                  drop_corrupt, dropped)
         rows = rows[:bad[0]]
-    text = (directory / GPU_NAMES_FILE).read_text(errors="replace") if (directory / GPU_NAMES_FILE).exists() else ""
-    gpu_names = text.split("\n")[:-1]  # every name ends with a newline; a torn last one is dropped
+    gpu_names = _gpu_names(directory / GPU_NAMES_FILE, drop_corrupt, dropped)
 
     names = events["name"].cat.categories
     fresh = pd.Index(gpu_names).difference(names, sort=False).unique()

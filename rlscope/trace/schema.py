@@ -35,8 +35,9 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_CRC_RECORD", "UTILISATION_FILE",
-           "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
+           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE", "GPU_CRC_RECORD",
+           "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS",
+           "chunk_checksums", "ProcessMeta"]
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1: no checksums
@@ -77,6 +78,7 @@ class Category(enum.IntEnum):
 
 GPU_ROWS_FILE = "gpu.rows"
 GPU_NAMES_FILE = "gpu.names"
+GPU_NAMES_CRC_FILE = "gpu.names.crc"  # per write of names: (index of its first name, bytes, CRC-32, own CRC)
 GPU_ROWS_CRC_FILE = "gpu.rows.crc"  # the native tracer names it after GPU_ROWS_FILE: rows path + ".crc"
 GPU_CRC_RECORD = struct.Struct("<qqII")  # first row, rows, CRC-32 of their bytes, CRC-32 of the 20 bytes before
 UTILISATION_FILE = "utilisation.csv"
