@@ -1,6 +1,6 @@
 """On a GPU machine: the CUPTI tracer's ``gpu.rows.crc`` and ``gpu.names.crc`` cover every row and
-name it wrote and verify, and
-a profiled torch loop SIGKILLed 4 s in keeps its CPU and GPU events up to its last time-bound write.
+name it wrote and verify, and a profiled torch loop SIGKILLed 4 s in keeps its CPU and GPU events
+up to its last time-bound write.
 
 ``OUT=DIR python bench/gpu_trace_check.py`` (needs torch with CUDA) writes ``DIR/gpu_check.json``,
 the data behind docs/results/reliability_gpu.json.
