@@ -17,6 +17,7 @@ from typing import Any
 
 import pandas as pd
 
+from rlscope.analyze.caveats import markers
 from rlscope.errors import ResultsError
 from rlscope.files import last_line, read_json, write_atomic
 from rlscope.plot.experiment import EXPERIMENT_FILE, RESULTS_FILE, RUN_COLUMNS, read_experiment, read_results
@@ -205,11 +206,10 @@ def _caveats(ok: pd.DataFrame) -> tuple[dict[Any, str], str]:
         return {}, ""
     caveats = ok["caveat"].map(lambda value: value if isinstance(value, str) else "")  # read back as NaN where empty
     marked = ok.assign(caveat=caveats)[caveats != ""]
-    texts = list(dict.fromkeys(marked["caveat"]))
-    symbol = {text: "*" * (i + 1) for i, text in enumerate(texts)}
+    symbol = markers(marked)  # the analysis's markers: "*" for the first caveat, "**" for the next...
     marks = {run_id: " ".join(dict.fromkeys(symbol[t] for t in group["caveat"]))
              for run_id, group in marked.groupby("run_id", sort=False)}
-    notes = "".join(f"<p class='caveat'>{_e(symbol[t])} {_e(t)}</p>" for t in texts)
+    notes = "".join(f"<p class='caveat'>{_e(mark)} {_e(text)}</p>" for text, mark in symbol.items())
     return marks, notes
 
 
