@@ -1,8 +1,8 @@
 """Read trace bundles back as pandas DataFrames.
 
 Every chunk is verified: a version-2 trace's ``events.arrows`` batches against the checksums in
-their metadata, ``gpu.rows`` against ``gpu.rows.crc`` where that exists (``rlscope.trace.schema``
-says what they cover); a version-1 trace's chunks, which carry none, only against what every
+their metadata, ``gpu.rows`` and ``gpu.names`` against their checksum records
+(``rlscope.trace.gpu_files``; ``rlscope.trace.schema`` says what they cover); a version-1 trace's chunks, which carry none, only against what every
 later stage relies on (``_chunk_problem``). A torn end (the process died while writing) is
 dropped with a warning. A corrupt chunk is a ``TraceError`` naming the file, the chunk and its
 bytes; with ``drop_corrupt`` it is left out, the chunks after it that Arrow can still parse are
@@ -14,7 +14,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import warnings
-import zlib
 from pathlib import Path
 from typing import Any
 
@@ -24,14 +23,14 @@ import pyarrow as pa
 from pydantic import ValidationError
 
 from rlscope.errors import TraceError, schema_problem
+from rlscope.trace.damage import Dropped, TraceWarning, corrupt
+from rlscope.trace.gpu_files import read_gpu
 from rlscope.trace.schema import (
     CHECKSUM_KEYS,
     EVENT_SCHEMA,
     EVENTS_FILE,
-    GPU_CRC_RECORD,
     GPU_NAMES_CRC_FILE,
     GPU_NAMES_FILE,
-    GPU_ROWS_CRC_FILE,
     GPU_ROWS_FILE,
     META_FILE,
     READABLE_VERSIONS,
@@ -44,20 +43,6 @@ from rlscope.trace.schema import (
 )
 
 __all__ = ["Dropped", "ProcessTrace", "TraceWarning", "read_process", "read_trace"]
-
-
-class TraceWarning(UserWarning):
-    """A trace was readable only in part (e.g. the process crashed mid-write)."""
-
-
-@dataclasses.dataclass(frozen=True)
-class Dropped:
-    """A corrupt part of a trace file that ``drop_corrupt`` left out."""
-
-    path: Path
-    part: str  # "chunk 4 (bytes 1,024..2,048)", "rows 100..199 (bytes 7,200..14,400)"
-    events: int | None  # the events it held; None: unknown (nothing after it could be parsed)
-    problem: str
 
 
 @dataclasses.dataclass(frozen=True)
@@ -116,7 +101,7 @@ def read_process(directory: Path, drop_corrupt: bool = False) -> ProcessTrace:
     _check_end(meta_path, meta, events)
     gpu = None
     if (directory / GPU_ROWS_FILE).exists():
-        events, gpu = _read_gpu(directory, events, drop_corrupt, dropped)
+        events, gpu = read_gpu(directory, events, drop_corrupt, dropped)
     utilisation = None
     if (directory / UTILISATION_FILE).exists():
         try:
@@ -145,7 +130,7 @@ def _check_count(path: Path, meta: dict[str, Any], read: int, drop_corrupt: bool
     accounted = read + sum(d.events or 0 for d in dropped)
     if written is None or accounted >= written or any(d.events is None for d in dropped):
         return
-    _corrupt(path, f"events {accounted:,}..{written:,}", written - accounted,
+    corrupt(path, f"events {accounted:,}..{written:,}", written - accounted,
              f"the file holds {read:,} of the {written:,} events the finished process wrote (meta.json); it was cut "
              f"or removed afterwards", drop_corrupt, dropped)
 
@@ -160,15 +145,6 @@ def _check_end(meta_path: Path, meta: dict[str, Any], events: pd.DataFrame) -> N
     if last > meta["end_ns"]:
         raise TraceError(f"{meta_path}: end_ns {meta['end_ns']} is before the process's last annotation "
                          f"({last}); the file is damaged: profile the script again")
-
-
-def _corrupt(path: Path, part: str, events: int | None, problem: str, drop_corrupt: bool,
-             dropped: list[Dropped]) -> None:
-    """A corrupt part: an error naming it, or with ``drop_corrupt`` a note of what is left out."""
-    if not drop_corrupt:
-        raise TraceError(f"{path}: {part} is corrupt: {problem}; `rlscope analyze --drop-corrupt` "
-                         f"analyses the rest of the trace without it")
-    dropped.append(Dropped(path, part, events, problem))
 
 
 def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[str, Any],
@@ -196,7 +172,7 @@ def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[s
                 batch, custom = reader.read_next_batch_with_custom_metadata()
             except StopIteration:
                 if f.tell() < size:
-                    _corrupt(path, f"chunk {chunk + 1} (bytes {begin:,}..{size:,})",
+                    corrupt(path, f"chunk {chunk + 1} (bytes {begin:,}..{size:,})",
                              _lost_after(meta, kept + sum(d.events or 0 for d in dropped)),
                              "it reads as the stream's end, before the file's", drop_corrupt, dropped)
                 break
@@ -221,7 +197,7 @@ def _read_chunks(path: Path, drop_corrupt: bool, checksummed: bool, meta: dict[s
             if problem is None:
                 problem = _chunk_problem(batch)
             if problem is not None:
-                _corrupt(path, part, events, problem, drop_corrupt, dropped)
+                corrupt(path, part, events, problem, drop_corrupt, dropped)
                 continue
             batches.append(batch)
             kept += batch.num_rows
@@ -239,7 +215,7 @@ def _unparseable(path: Path, chunks: int, begin: int, at_end: bool, err: Excepti
                       f"probably died while writing", TraceWarning, stacklevel=4)
         return
     part = f"chunk {chunks + 1} (bytes {begin:,}..)" if begin else "the stream's header"
-    _corrupt(path, part, _lost_after(meta, read), f"Arrow cannot parse it ({err}), nor anything after it",
+    corrupt(path, part, _lost_after(meta, read), f"Arrow cannot parse it ({err}), nor anything after it",
              drop_corrupt, dropped)
 
 
@@ -312,136 +288,6 @@ def _chunk_problem(batch: pa.RecordBatch) -> str | None:
     return None
 
 
-_WIDTH = len(ROW_FIELDS)
-_ROW_BYTES = _WIDTH * 8
-
-
-def _verified_gpu_rows(path: Path, raw: bytes, total: int, drop_corrupt: bool,
-                       dropped: list[Dropped]) -> np.ndarray | None:
-    """Which of the ``total`` rows of ``gpu.rows`` the records of ``gpu.rows.crc`` vouch for (a
-    mask), or None where there is no such file (a version-1 trace). Rows after the last record
-    were written by a process killed before it could add one: a torn end, dropped with a
-    warning. Rows whose record is damaged (its own CRC fails) cannot be checked: corrupt."""
-    sidecar = path.with_name(GPU_ROWS_CRC_FILE)
-    if not sidecar.exists():
-        return None
-    data = sidecar.read_bytes()
-    keep = np.zeros(total, dtype=bool)
-
-    def corrupt(first: int, end: int, problem: str) -> None:
-        part = f"rows {first:,}..{end - 1:,} (bytes {first * _ROW_BYTES:,}..{end * _ROW_BYTES:,})"
-        _corrupt(path, part, end - first, problem, drop_corrupt, dropped)
-
-    def unvouched(damaged: int | None) -> str:
-        if damaged is None:
-            return f"no record of {sidecar.name} covers them"
-        return f"their checksum record (record {damaged} of {sidecar.name}) is damaged"
-
-    pos = 0  # the first row no record has vouched for yet
-    damaged: int | None = None  # the first of the damaged records since the last intact one
-    size = GPU_CRC_RECORD.size
-    for i in range(len(data) // size):
-        record = data[i * size:(i + 1) * size]
-        first, count, crc, own = GPU_CRC_RECORD.unpack(record)
-        if zlib.crc32(record[:size - 4]) != own or first < pos or count < 0:
-            damaged = i if damaged is None else damaged
-            continue
-        if first > pos:
-            corrupt(pos, min(first, total), unvouched(damaged))
-        damaged = None
-        end = first + count
-        if end > total:
-            corrupt(first, end, f"{sidecar.name} vouches for {count:,} rows from row {first:,}, "
-                                f"but the file ends at row {total:,}")
-        elif zlib.crc32(raw[first * _ROW_BYTES:end * _ROW_BYTES]) != crc:
-            corrupt(first, end, f"checksum mismatch (record {i} of {sidecar.name})")
-        else:
-            keep[first:end] = True
-        pos = end
-    if pos < total:
-        if damaged is not None:
-            corrupt(pos, total, unvouched(damaged))
-        else:
-            warnings.warn(f"{path}: dropped rows {pos:,}..{total - 1:,}, which no record of {sidecar.name} "
-                          f"covers; the process probably died while writing them", TraceWarning, stacklevel=4)
-    return keep
-
-
-def _gpu_names(path: Path, drop_corrupt: bool, dropped: list[Dropped]) -> list[str]:
-    """``gpu.names``, one name a line, checked against ``gpu.names.crc`` where there is one: a name
-    in a damaged write reads as "(corrupt name)" with ``drop_corrupt`` (its rows keep their times),
-    else the trace is refused. A torn last name (the process died while writing) is dropped."""
-    raw = path.read_bytes() if path.exists() else b""
-    sidecar = path.with_name(GPU_NAMES_CRC_FILE)
-    if not sidecar.exists():
-        return raw.decode(errors="replace").split("\n")[:-1]
-    data = sidecar.read_bytes()
-    size = GPU_CRC_RECORD.size
-    names: list[str] = []
-    offset = 0
-    for i in range(len(data) // size):
-        record = data[i * size:(i + 1) * size]
-        first, count, crc, own = GPU_CRC_RECORD.unpack(record)
-        if zlib.crc32(record[:size - 4]) != own or first != len(names) or count < 0:
-            _corrupt(sidecar, f"record {i}", 0, "its own checksum or position does not hold; the names from "
-                                                  f"{len(names):,} on are not vouched for", drop_corrupt, dropped)
-            break
-        chunk = raw[offset:offset + count]
-        following = GPU_CRC_RECORD.unpack(data[(i + 1) * size:(i + 2) * size])[0] \
-            if len(data) >= (i + 2) * size else None
-        if len(chunk) == count and zlib.crc32(chunk) == crc:
-            names += chunk.decode(errors="replace").split("\n")[:-1]
-        else:
-            # The names a damaged write held: up to the next write's first; for the last write, as
-            # many as its lines (rows naming one past them read as "(unknown)").
-            lost = following - first if following is not None and following > first else max(1, chunk.count(b"\n"))
-            _corrupt(path, f"names {first:,}..{first + lost - 1:,} (bytes {offset:,}..{offset + count:,})", 0,
-                     f"checksum mismatch (record {i} of {sidecar.name}); their rows read as \"(corrupt name)\"",
-                     drop_corrupt, dropped)
-            names += ["(corrupt name)"] * lost
-        offset += count
-    return names
-
-
-def _read_gpu(directory: Path, events: pd.DataFrame, drop_corrupt: bool,
-              dropped: list[Dropped]) -> tuple[pd.DataFrame, pd.DataFrame]:
-    """The GPU collector's rows as a frame of the event columns, and ``events`` with the name
-    categories both share: GPU names come after the event file's own, so its codes (and operation
-    ids) hold. A name index out of range reads as "(unknown)"; correlation records have none."""
-    path = directory / GPU_ROWS_FILE
-    raw = path.read_bytes()
-    if len(raw) % _ROW_BYTES:
-        warnings.warn(f"{path}: dropped a torn last row; the process probably died while writing",
-                      TraceWarning, stacklevel=3)
-    rows = np.frombuffer(raw, dtype=np.int64, count=len(raw) // _ROW_BYTES * _WIDTH).reshape(-1, _WIDTH)
-    vouched = _verified_gpu_rows(path, raw, len(rows), drop_corrupt, dropped)
-    rows = rows[vouched] if vouched is not None else rows.copy()
-    bad = np.flatnonzero(~np.isin(rows[:, 0], _KINDS) | (rows[:, 5] < rows[:, 4]))
-    if len(bad):
-        first = rows[bad[0]]
-        _corrupt(path, f"row {bad[0]:,} of {len(rows):,}", len(rows) - int(bad[0]),
-                 f"kind {first[0]}, {first[4]}..{first[5]} ns, and nothing after it can be trusted",
-                 drop_corrupt, dropped)
-        rows = rows[:bad[0]]
-    gpu_names = _gpu_names(directory / GPU_NAMES_FILE, drop_corrupt, dropped)
-
-    names = events["name"].cat.categories
-    fresh = pd.Index(gpu_names).difference(names, sort=False).unique()
-    categories = names.append(fresh)
-    lookup = categories.get_indexer(pd.Index(gpu_names + ["(unknown)"]))
-    named = rows[:, 0] != int(Kind.CORRELATION)
-    gpu_name = rows[:, 6]
-    gpu_name = np.where((gpu_name >= 0) & (gpu_name < len(gpu_names)), gpu_name, len(gpu_names))
-    if (lookup[gpu_name[named]] < 0).any():
-        categories = categories.append(pd.Index(["(unknown)"]))
-        lookup = categories.get_indexer(pd.Index(gpu_names + ["(unknown)"]))
-    codes = np.where(named, lookup[gpu_name], -1)
-    gpu = pd.DataFrame({f.name: rows[:, i].astype(f.type.to_pandas_dtype()) for i, f in enumerate(EVENT_SCHEMA)
-                        if f.name != "name"})
-    gpu.insert(ROW_FIELDS.index("name"), "name", pd.Categorical.from_codes(codes, categories=categories))
-    events = events.copy()
-    events["name"] = events["name"].cat.set_categories(categories)
-    return events, gpu
 
 
 def read_trace(directory: str | Path, drop_corrupt: bool = False) -> list[ProcessTrace]:
