@@ -6,6 +6,10 @@ finished before the clock stops. Reset steps are counted (same-step autoreset ma
 step produce one sample per environment). ``fused_steps`` = K hands K steps to the backend per
 Python call where the backend can take them (JAX ``lax.scan``, a CUDA graph); elsewhere the K
 steps are an eager loop. ``steps`` is rounded up to whole calls of K.
+
+``policy_device`` moves only the policy: ``same`` keeps it on ``device``; a CPU simulator
+(gymnasium, NumPy, C++) can take another one (``cpu``, the paper's setting for its C++ and gym
+comparison), a GPU simulator cannot, since its observations stay on its own device.
 """
 
 from __future__ import annotations
@@ -14,7 +18,9 @@ import os
 import time
 from typing import Any
 
-__all__ = ["data_collection", "backend_options"]
+__all__ = ["data_collection", "backend_options", "CPU_SIMULATORS"]
+
+CPU_SIMULATORS = ("gymnasium", "numpy", "cpp")  # they step on the CPU whatever the policy's device
 
 
 def backend_options(backend: str, device: str, threads: int = 0, **knobs: Any) -> dict[str, Any]:
@@ -39,6 +45,7 @@ def data_collection(
     fused_steps: int = 1,
     precision: str = "",
     record: bool = False,
+    policy_device: str = "same",
 ) -> dict[str, Any]:
     """Run ``steps`` timed steps of policy inference + simulation; return throughput and counts.
 
@@ -54,6 +61,11 @@ def data_collection(
         torch.set_num_threads(torch_threads)
     steps = -(-steps // fused_steps) * fused_steps  # whole calls of K steps: round up
     device = resolve_device(device)
+    if policy_device != "same":
+        if backend not in CPU_SIMULATORS:
+            raise ValueError(f"policy_device={policy_device!r} needs a CPU simulator ({', '.join(CPU_SIMULATORS)}); "
+                             f"{backend} keeps its observations on {device}: use policy_device=same")
+        device = resolve_device(policy_device)  # a CPU simulator's `device` is only where its policy runs
     knobs = {"precision": precision or "fp32", "record": record} if backend == "cuda_fused_policy" else {}
     if backend != "cuda_fused_policy" and (precision or record):
         raise ValueError(f"precision and record are options of cuda_fused_policy, not of {backend}")
