@@ -354,14 +354,69 @@ def export(trace_dir: Path, fmt: str, out: Path) -> None:
     click.echo(f"wrote {export_perfetto(read_attributed(trace_dir), out)}")
 
 
+_CONFIGS_OPTION = click.option("--configs", "configs_dir", type=click.Path(path_type=Path), default=Path("configs"),
+                               show_default=True, help="The directory of manifests whose paper claims are checked.")
+
+
 @cli.command()
 @click.argument("output_dir", type=click.Path(path_type=Path), default=Path("output"))
-def report(output_dir: Path) -> None:
-    """Write OUTPUT_DIR/report.html: every experiment's figures, key numbers, failed and skipped
-    runs with their reasons and logs, and the environment, in one self-contained page."""
+@_CONFIGS_OPTION
+def report(output_dir: Path, configs_dir: Path) -> None:
+    """Write OUTPUT_DIR/report.html: the papers' claims with their verdicts, every experiment's
+    figures, key numbers, failed and skipped runs with their reasons and logs, and the
+    environment, in one self-contained page."""
     from rlscope.report import write_report
 
-    click.echo(f"report: {write_report(output_dir)}")
+    verdicts = []
+    if configs_dir.is_dir():  # the claims of the experiments this directory holds
+        verdicts = [v for v in _verdicts(output_dir, configs_dir) if (output_dir / v.experiment).is_dir()]
+    else:
+        click.echo(f"warning: no manifests in {configs_dir}: the page has no claims section (--configs DIR)",
+                   err=True)
+    click.echo(f"report: {write_report(output_dir, claims=verdicts)}")
+
+
+@cli.command()
+@click.argument("output_dir", type=click.Path(path_type=Path), default=Path("output"))
+@_CONFIGS_OPTION
+@click.option("--markdown", is_flag=True, help="Print Markdown tables instead of text.")
+@click.option("--into", "page", type=click.Path(path_type=Path), default=None,
+              help="Write the Markdown tables into PAGE, between its claims markers (links relative to PAGE).")
+@click.option("--paper", "papers", multiple=True, type=click.Choice(["datacollection", "rlscope"]),
+              help="Only this paper's claims (repeatable; default: both).")
+@click.option("--require-all", is_flag=True, help="Exit 1 if a claim was not run.")
+def claims(output_dir: Path, configs_dir: Path, markdown: bool, page: Path | None, papers: tuple[str, ...],
+           require_all: bool) -> None:
+    """Which of the papers' claims reproduce: per claim of the manifests in --configs, the paper's
+    value, ours from OUTPUT_DIR/<experiment>/results.csv (with its spread over repetitions), the
+    verdict (reproduced; same direction, different size; contradicted; not run) and why."""
+    from rlscope.claims.render import as_markdown, as_text, into_page
+    from rlscope.claims.verdict import NOT_RUN
+    from rlscope.files import write_atomic
+
+    verdicts = [v for v in _verdicts(output_dir, configs_dir) if not papers or v.claim.paper in papers]
+    if page is not None:
+        text = page.read_text(encoding="utf-8")
+        write_atomic(page, into_page(text, as_markdown(verdicts, output_dir, page.parent), page))
+        click.echo(f"claims written into {page}")
+    elif markdown:
+        click.echo(as_markdown(verdicts, output_dir), nl=False)
+    else:
+        click.echo(as_text(verdicts))
+    if require_all and any(v.verdict == NOT_RUN for v in verdicts):
+        click.echo("not every claim was run (--require-all)", err=True)
+        sys.exit(EXIT_RUNS_FAILED)
+
+
+def _verdicts(output_dir: Path, configs_dir: Path) -> list[Any]:
+    """The claims of the manifests in ``configs_dir``, judged on the results in ``output_dir``."""
+    from rlscope.claims.verdict import evaluate, results_in
+    from rlscope.harness.manifest import load_claims
+
+    if not output_dir.is_dir():
+        raise RlscopeError(f"{output_dir}: no such output directory; run `rlscope run MANIFEST --output "
+                           f"{output_dir}` first")
+    return evaluate(load_claims(configs_dir), results_in(output_dir))
 
 
 def _draw(experiment_dir: Path, artifacts_dir: Path) -> list[str]:

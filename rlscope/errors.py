@@ -3,8 +3,8 @@
 import errno
 from typing import Any
 
-__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "SkipRun", "TraceError", "NestingError",
-           "os_error_message", "schema_problem"]
+__all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "ClaimError", "SkipRun", "TraceError",
+           "NestingError", "os_error_message", "schema_problem"]
 
 
 class RlscopeError(Exception):
@@ -21,6 +21,10 @@ class WorkloadError(RlscopeError):
 
 class ResultsError(RlscopeError):
     """An experiment directory lacks the files a later stage needs."""
+
+
+class ClaimError(RlscopeError):
+    """A manifest's claim asks its results for something they do not have (a column, one row)."""
 
 
 class TraceError(RlscopeError):

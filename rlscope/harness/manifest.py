@@ -34,12 +34,13 @@ from typing import Any
 import yaml
 from pydantic import ConfigDict, PydanticSchemaGenerationError, TypeAdapter, ValidationError
 
+from rlscope.claims.schema import Claim
 from rlscope.errors import ManifestError, WorkloadError
 from rlscope.harness.manifest_schema import SCALES, ManifestFile, YamlLoader, first_error, kind_of
 from rlscope.harness.worker import resolve_workload
 from rlscope.plot import FIGURES
 
-__all__ = ["Manifest", "GridPoint", "load_manifest", "with_overrides", "SCALES", "read_yaml_value"]
+__all__ = ["Manifest", "GridPoint", "load_manifest", "load_claims", "with_overrides", "SCALES", "read_yaml_value"]
 
 Scalar = str | int | float | bool
 
@@ -67,6 +68,7 @@ class Manifest:
     timeout_s: float
     figures: tuple[str, ...]
     scale: str
+    claims: tuple[Claim, ...] = ()
 
     def points(self) -> Iterator[GridPoint]:
         """Expand the grid in manifest order, dropping excluded points.
@@ -95,6 +97,7 @@ class Manifest:
         data["grid"] = {k: list(v) for k, v in self.grid.items()}
         data["exclude"] = [{k: list(v) for k, v in rule.items()} for rule in self.exclude]
         data["figures"] = list(self.figures)
+        data["claims"] = [claim.model_dump(mode="json") for claim in self.claims]
         return data
 
 
@@ -140,6 +143,16 @@ def load_manifest(path: str | Path, scale: str = "quick") -> Manifest:
     except ValidationError as err:
         raise lines.fail(*first_error(err)) from err
     return _resolve(spec, scale, lines)
+
+
+def load_claims(directory: Path) -> list[tuple[str, Claim]]:
+    """Every claim of the manifests in ``directory`` (``*.yaml``, in name order) with its
+    manifest's experiment; a manifest with a mistake is a ManifestError, as for `rlscope run`."""
+    if not directory.is_dir():
+        raise ManifestError(f"{directory}: no such directory of manifests; pass the one holding them "
+                            f"(--configs configs)")
+    return [(m.experiment, claim) for m in (load_manifest(p, "full") for p in sorted(directory.glob("*.yaml")))
+            for claim in m.claims]
 
 
 def _resolve(spec: ManifestFile, scale: str, lines: _Lines) -> Manifest:
@@ -190,7 +203,7 @@ def _resolve(spec: ManifestFile, scale: str, lines: _Lines) -> Manifest:
     manifest = Manifest(
         path=lines.path, experiment=spec.experiment, description=spec.description, workload=spec.workload,
         params=params, grid=grid, exclude=tuple(rules), repetitions=repetitions, timeout_s=float(timeout_s),
-        figures=tuple(spec.figures), scale=scale,
+        figures=tuple(spec.figures), scale=scale, claims=tuple(spec.claims),
     )
     check = _WorkloadCheck(spec.workload)
     for name in [*params, *grid]:

@@ -18,6 +18,7 @@ from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictFloat,
                       ValidationError)
 from pydantic_core import ErrorDetails, PydanticCustomError
 
+from rlscope.claims.schema import Claim
 from rlscope.plot import FIGURES
 
 __all__ = ["ManifestFile", "ScaleFile", "SCALES", "FIELD_HELP", "SCALE_FIELDS", "YamlLoader", "describe_error",
@@ -75,6 +76,15 @@ def _figure(name: Any) -> str:
     return name
 
 
+def _unique_ids(claims: list[Claim]) -> list[Claim]:
+    ids = [c.id for c in claims]
+    twice = sorted({i for i in ids if ids.count(i) > 1})
+    if twice:
+        raise PydanticCustomError("unique", "claim id {ids} appears twice; each claim's id must be unique",
+                                  {"ids": ", ".join(twice)})
+    return claims
+
+
 Scalar = Annotated[Any, AfterValidator(_scalar)]
 Identifier = Annotated[str, StringConstraints(pattern=r"^[A-Za-z_]\w*$")]
 Values = Annotated[list[Scalar], Field(min_length=1), AfterValidator(_unique)]
@@ -93,6 +103,7 @@ FIELD_HELP = {
     "timeout_s": "number > 0: seconds before a run is killed",
     "figures": "list of figure names drawn from results.csv",
     "scales": "mapping quick/full -> overrides of params, grid, exclude, repetitions, timeout_s",
+    "claims": "list of the papers' claims this experiment's results answer (docs/harness.md, 'Claims')",
 }
 SCALE_FIELDS = ("params", "grid", "exclude", "repetitions", "timeout_s")
 
@@ -103,6 +114,7 @@ _EXPECTED = {
     "exclude": "a list of mappings parameter -> value(s)", "repetitions": "an integer >= 1",
     "timeout_s": "a number of seconds > 0", "figures": "a list of figure names",
     "scales": "a mapping quick/full -> overrides",
+    "claims": "a list of claims",
 }
 
 
@@ -133,6 +145,7 @@ class ManifestFile(_Model):
     timeout_s: Seconds = 600
     figures: list[Annotated[Any, AfterValidator(_figure)]] = []
     scales: dict[Literal["quick", "full"], ScaleFile] = {}
+    claims: Annotated[list[Claim], AfterValidator(_unique_ids)] = []
 
 
 def describe_error(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
@@ -158,6 +171,9 @@ def describe_error(error: ErrorDetails) -> tuple[tuple[Any, ...], str]:
         return loc, f"unknown scale {loc[1]!r}; allowed: {', '.join(SCALES)}"
     if kind in ("scalar", "unique", "figure"):
         return loc, error["msg"]
+    if top == "claims":  # the claim schema's own words: its fields are documented in docs/harness.md
+        message = error["msg"].removeprefix("Value error, ")
+        return loc, f"{message}, got {kind_of(found)}" if kind not in ("value_error", "missing") else message
     if kind == "string_pattern_mismatch" and field == "experiment":
         return loc, f"{found!r} is not a usable directory name; {FIELD_HELP['experiment']}"
     if kind == "string_pattern_mismatch" and field == "workload":

@@ -11,6 +11,7 @@ from __future__ import annotations
 import base64
 import html
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,8 @@ from typing import Any
 import pandas as pd
 
 from rlscope.analyze.caveats import markers
+from rlscope.claims.render import as_html
+from rlscope.claims.verdict import ClaimResult
 from rlscope.errors import ResultsError
 from rlscope.files import last_line, read_json, write_atomic
 from rlscope.plot.experiment import EXPERIMENT_FILE, RESULTS_FILE, RUN_COLUMNS, read_experiment, read_results
@@ -58,10 +61,11 @@ class Experiment:
     problem: str = ""  # why its experiment.json or results.csv could not be read, if so
 
 
-def write_report(output_dir: Path, repo: Path | None = None) -> Path:
+def write_report(output_dir: Path, repo: Path | None = None, claims: Sequence[ClaimResult] = ()) -> Path:
     """Write ``output_dir/report.html``; its path. ``repo``: the checkout whose commit the page
-    names (default: the folder holding ``output_dir``). A directory holding no experiment is a
-    ``ResultsError`` that says what to run first."""
+    names (default: the folder holding ``output_dir``). ``claims``: the papers' claims judged on
+    these results (``rlscope.claims.verdict.evaluate``), shown first. A directory holding no
+    experiment is a ``ResultsError`` that says what to run first."""
     experiments = _experiments(output_dir)
     if not experiments:
         raise ResultsError(f"{output_dir}: holds no experiment (no */experiment.json); "
@@ -69,6 +73,8 @@ def write_report(output_dir: Path, repo: Path | None = None) -> Path:
     body = [f"<h1>rlscope results</h1><p>{_e(str(output_dir.resolve()))}, written "
             f"{time.strftime('%Y-%m-%d %H:%M:%S %Z')}</p>", _environment_table(repo or output_dir.resolve().parent),
             _contents(experiments)]
+    if claims:
+        body.append(f"<section id='claims'><h2>The papers' claims</h2>{as_html(claims)}</section>")
     body += [_section(e, output_dir) for e in experiments]
     page = (f"<!doctype html><html lang='en'><head><meta charset='utf-8'><title>rlscope results</title>"
             f"<style>{_STYLE}</style></head><body>{''.join(body)}{_IMAGE_CHECK}</body></html>\n")

@@ -1,0 +1,238 @@
+"""A claim's query over results tables: the number it gives, with its spread, or why there is none.
+
+Every number is computed per repetition (results' ``repetition`` column) and per value of the
+query's ``across`` column; what is reported is the median over ``across`` of the median over
+repetitions, and the spread is the smallest and largest of all of them. Only rows whose status
+is ok count: a run that failed or ran out of memory is not a measurement.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from rlscope.claims.schema import PlateauQuery, RatioQuery, Rows, SpreadQuery, ValueQuery
+from rlscope.errors import ClaimError
+
+__all__ = ["Measured", "Missing", "Results", "measure"]
+
+# experiment name -> its results table, or None where that experiment has not run
+Results = Callable[[str], "pd.DataFrame | None"]
+_REP = "repetition"
+
+
+@dataclasses.dataclass(frozen=True)
+class Measured:
+    """A query's answer: ``value`` and the smallest and largest per repetition (and ``across``)."""
+
+    value: float
+    low: float
+    high: float
+    samples: int  # repetitions x across values behind it
+
+
+@dataclasses.dataclass(frozen=True)
+class Missing:
+    """Why a query has no answer (the claim is then "not run")."""
+
+    reason: str
+
+
+def measure(query: Any, own: str, results: Results) -> Measured | Missing:
+    """The answer to ``query`` (a ``rlscope.claims.schema`` query) over ``results``; ``own`` is the
+    experiment a ``Rows`` without ``experiment`` reads. Raises ClaimError where the query itself
+    is wrong for the table (a column it names does not exist, "one" matches several rows)."""
+    free = [query.across] if query.across else []
+    if isinstance(query, RatioQuery):
+        num = _side(query.numerator, own, results, free)
+        den = _side(query.denominator, own, results, free)
+        if isinstance(num, Missing):
+            return num
+        if isinstance(den, Missing):
+            return den
+        values = _ratio(num, den, free)
+        if values.empty:
+            return Missing(f"numerator and denominator share no {query.across} value")
+        return _summary(values, free, query.across_reduce)
+    if isinstance(query, ValueQuery):
+        side = _side(query.of, own, results, free)
+        return side if isinstance(side, Missing) else _summary(side, free, query.across_reduce)
+    if isinstance(query, PlateauQuery):
+        return _plateau(query, own, results, free)
+    if isinstance(query, SpreadQuery):
+        side = _side(query.of, own, results, [*free, query.along])
+        if isinstance(side, Missing):
+            return side
+        keys = [c for c in side.columns if c not in ("value", query.along)]
+        grouped = side.groupby(keys, dropna=False) if keys else [((), side)]
+        rows = []
+        for key, curve in grouped:
+            if curve[query.along].nunique() < 2:
+                continue
+            key = key if isinstance(key, tuple) else (key,)
+            rows.append({**dict(zip(keys, key)), "value": curve["value"].max() / curve["value"].min()})
+        if not rows:
+            return Missing(f"fewer than two {query.along} values were run")
+        return _summary(pd.DataFrame(rows), free, query.across_reduce)
+    raise TypeError(f"not a claim query: {query!r}")
+
+
+def _describe(rows: Rows, own: str) -> str:
+    where = ", ".join(f"{k}={'|'.join(map(str, v)) if isinstance(v, list) else v}" for k, v in rows.where.items())
+    return f"{rows.experiment or own}" + (f" ({where})" if where else "")
+
+
+def _select(rows: Rows, own: str, results: Results) -> tuple[pd.DataFrame, pd.DataFrame] | Missing:
+    """The rows matching ``rows.where``: those that finished ok, and all of them."""
+    name = rows.experiment or own
+    table = results(name)
+    if table is None:
+        return Missing(f"{name} has not run")
+    for column in [*rows.where, rows.metric, *([rows.divide_by] if rows.divide_by else [])]:
+        if column not in table.columns:
+            raise ClaimError(f"{name}'s results have no column {column!r} (a claim's query names it); "
+                             f"its columns: {', '.join(map(str, table.columns))}")
+    mask = pd.Series(True, index=table.index)
+    for column, wanted in rows.where.items():
+        mask &= _isin(table[column], wanted if isinstance(wanted, list) else [wanted])
+    every = table[mask]
+    ok = every[every["status"] == "ok"] if "status" in every.columns else every
+    return ok, every
+
+
+def _isin(column: pd.Series, wanted: list[Any]) -> pd.Series:
+    """Whether each cell is one of ``wanted``: 1 matches 1.0, "1" matches nothing numeric, true
+    matches only a boolean (a CSV reads booleans back as booleans)."""
+    out = pd.Series(False, index=column.index)
+    for value in wanted:
+        if isinstance(value, bool):
+            out |= column.map(lambda cell, v=value: isinstance(cell, (bool, np.bool_)) and bool(cell) == v)
+        elif isinstance(value, (int, float)):
+            numeric = pd.to_numeric(column, errors="coerce")
+            out |= np.isclose(numeric, value, rtol=1e-12, atol=0) & numeric.notna()
+        else:
+            out |= column.astype(str) == value
+    return out
+
+
+def _side(rows: Rows, own: str, results: Results, free: list[str]) -> pd.DataFrame | Missing:
+    """Per repetition and ``free`` value, the rows' number: a frame of those columns and ``value``."""
+    selected = _select(rows, own, results)
+    if isinstance(selected, Missing):
+        return selected
+    ok, every = selected
+    if ok.empty:
+        failed = every["status"].value_counts().to_dict() if "status" in every.columns and not every.empty else {}
+        how = f" ({', '.join(f'{n} {s}' for s, n in failed.items())})" if failed else ""
+        return Missing(f"no finished run of {_describe(rows, own)}{how}")
+    for column in free:
+        if column not in ok.columns:
+            raise ClaimError(f"{rows.experiment or own}'s results have no column {column!r} (a claim's query "
+                             f"goes across or along it)")
+    keys = ([_REP] if _REP in ok.columns else []) + free
+    values = pd.to_numeric(ok[rows.metric], errors="coerce")
+    if rows.divide_by:
+        values = values / pd.to_numeric(ok[rows.divide_by], errors="coerce")
+    if values.isna().any():
+        return Missing(f"{_describe(rows, own)} has no number in {rows.metric!r} for some runs")
+    frame = ok[keys].assign(value=values)
+    if not keys:
+        frame = frame.assign(_all=0)
+        keys = ["_all"]
+    grouped = frame.groupby(keys, dropna=False)["value"]
+    if rows.combine == "one":
+        sizes = grouped.size()
+        if (sizes > 1).any():
+            raise ClaimError(f"a claim's query on {_describe(rows, own)} matches {int(sizes.max())} rows per "
+                             f"repetition where it needs one; narrow its 'where' or set 'combine' "
+                             f"(sum, max, min, median, mean)")
+        out = grouped.first()
+    else:
+        out = grouped.agg(rows.combine)
+    return out.reset_index().drop(columns=["_all"], errors="ignore")
+
+
+def _ratio(num: pd.DataFrame, den: pd.DataFrame, free: list[str]) -> pd.DataFrame:
+    """numerator/denominator per repetition where both sides ran the same repetitions, else of
+    the medians over repetitions (two experiments' repetitions are not paired)."""
+    paired = _REP in num.columns and _REP in den.columns and set(num[_REP]) == set(den[_REP])
+    if not paired:
+        num, den = (_median_over_repetitions(s, free) for s in (num, den))
+    keys = [c for c in num.columns if c != "value"]
+    if keys:
+        both = num.merge(den, on=keys, suffixes=("_num", "_den"))
+    else:
+        both = pd.DataFrame({"value_num": num["value"].to_numpy()[:1], "value_den": den["value"].to_numpy()[:1]})
+    both["value"] = both["value_num"] / both["value_den"]
+    return both.drop(columns=["value_num", "value_den"])
+
+
+def _median_over_repetitions(side: pd.DataFrame, free: list[str]) -> pd.DataFrame:
+    if not free:
+        return pd.DataFrame({"value": [side["value"].median()]})
+    return side.groupby(free, dropna=False)["value"].median().reset_index()
+
+
+def _summary(values: pd.DataFrame, free: list[str], across_reduce: str = "median") -> Measured:
+    """``across_reduce`` over ``free`` of the median over repetitions, and the spread of all values."""
+    finite = values[np.isfinite(values["value"])]
+    if finite.empty:
+        finite = values
+    per_point = _median_over_repetitions(finite, free)["value"]
+    return Measured(value=float(per_point.agg(across_reduce)), low=float(finite["value"].min()),
+                    high=float(finite["value"].max()), samples=len(finite))
+
+
+def _plateau(query: PlateauQuery, own: str, results: Results, free: list[str]) -> Measured | Missing:
+    side = _side(query.of, own, results, [*free, query.along])
+    if isinstance(side, Missing):
+        return side
+    curve = side.groupby([*free, query.along], dropna=False)["value"].median().reset_index()
+    groups = curve.groupby(free, dropna=False) if free else [((), curve)]
+    plateaus = []
+    for _, points in groups:
+        points = points.sort_values(query.along)
+        if len(points) < 2:
+            return Missing(f"only one {query.along} value was run")
+        reached = points[points["value"] >= (1 - query.within) * points["value"].max()]
+        first = reached[query.along].iloc[0]
+        last = points[query.along].iloc[-1]
+        if first == last:
+            before = points["value"].iloc[-2]
+            why = _beyond(query, own, results, last)
+            return Missing(f"still rising at the grid's last {query.along}, {_n(last)} "
+                           f"({points['value'].iloc[-1] / before:.2g}x the point before){why}")
+        plateaus.append(float(first))
+    frame = pd.DataFrame({"value": plateaus})
+    value = float(pd.Series(plateaus).agg(query.across_reduce))
+    return Measured(value=value, low=min(plateaus), high=max(plateaus), samples=len(frame))
+
+
+def _beyond(query: PlateauQuery, own: str, results: Results, last: float) -> str:
+    """Why the curve stops where it does, if runs further along it did not finish."""
+    selected = _select(query.of, own, results)
+    if isinstance(selected, Missing):
+        return ""
+    _, every = selected
+    if "status" not in every.columns or query.along not in every.columns:
+        return ""
+    further = every[(pd.to_numeric(every[query.along], errors="coerce") > last) & (every["status"] != "ok")]
+    if further.empty:
+        return "; the grid stops there"
+    row = further.sort_values(query.along).iloc[0]
+    reason = str(row.get("reason", "")).strip()
+    reason = "" if reason in ("", "nan") else f": {reason}"
+    return f"; {_n(row[query.along])} did not finish ({row['status']}{reason})"[:200]
+
+
+def _n(value: Any) -> str:
+    """A number of environments as a power of two where it is one."""
+    number = float(value)
+    if number >= 2 and number.is_integer() and math.log2(number).is_integer():
+        return f"2^{int(math.log2(number))}"
+    return f"{number:g}"

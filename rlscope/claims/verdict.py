@@ -1,0 +1,148 @@
+"""Verdicts: each claim's measured value against the paper's, and the measured reasons for a difference.
+
+A verdict is one of ``VERDICTS``. "Not run" means the results that answer the claim are not
+there (the experiment, the grid points, or a plateau the grid does not reach); every other
+verdict comes with the number it was reached on and its spread over repetitions. A difference
+("same direction, different size", "contradicted") is explained only by the claim's
+``explain`` queries, each a measured number: a difference without one is flagged unexplained.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from collections.abc import Iterable
+from pathlib import Path
+
+import pandas as pd
+
+from rlscope.claims.query import Measured, Missing, Results, measure
+from rlscope.claims.schema import Claim
+from rlscope.plot.experiment import RESULTS_FILE, read_results
+
+__all__ = ["VERDICTS", "REPRODUCED", "DIFFERENT", "CONTRADICTED", "NOT_RUN", "ClaimResult", "judge", "evaluate",
+           "results_in", "format_value"]
+
+REPRODUCED = "reproduced"
+DIFFERENT = "same direction, different size"
+CONTRADICTED = "contradicted"
+NOT_RUN = "not run"
+VERDICTS = (REPRODUCED, DIFFERENT, CONTRADICTED, NOT_RUN)
+
+
+@dataclasses.dataclass(frozen=True)
+class ClaimResult:
+    """A claim (of the manifest of ``experiment``) and what our results say of it."""
+
+    experiment: str
+    claim: Claim
+    verdict: str
+    ours: Measured | None
+    reason: str
+    evidence: tuple[str, ...]  # the experiments whose results.csv the claim and its explanations read
+
+    @property
+    def unexplained(self) -> bool:
+        """A difference from the paper that no measured explanation accounts for."""
+        return self.verdict in (DIFFERENT, CONTRADICTED) and not self.claim.explain
+
+
+def format_value(value: float, unit: str) -> str:
+    """A number the way a claim's unit is read: 15,900x, 38.1%, 2^18, 1.2e+05 samples/s."""
+    if value is None or not math.isfinite(value):
+        return "—"
+    if unit == "percent":
+        return f"{value * 100:.1f}%"
+    if unit == "N":
+        if value >= 1 and float(value).is_integer() and math.log2(value).is_integer():
+            return f"2^{int(math.log2(value))}"
+        return f"{value:g}"
+    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) >= 0.01 else f"{value:.2g}"
+    if unit == "samples/s":
+        return f"{value:.3g} samples/s"
+    if unit == "seconds":
+        for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
+            if abs(value) >= scale or suffix == "ns":
+                return f"{value / scale:.3g} {suffix}"
+    return text + ("x" if unit == "x" else "")
+
+
+def judge(value: float, claim: Claim) -> tuple[str, str]:
+    """The verdict on ``value`` (ours) for ``claim``, and why, in a few words."""
+    expect, unit = claim.expect, claim.unit
+    target = expect.target
+    if expect.about is not None:
+        if expect.factor is not None:
+            low, high, how = target / expect.factor, target * expect.factor, f"within {expect.factor:g}x of"
+        else:
+            low, high = target * (1 - expect.tolerance), target * (1 + expect.tolerance)
+            how = f"within ±{expect.tolerance:.0%} of"
+        if low <= value <= high:
+            return REPRODUCED, f"{how} the paper's {format_value(target, unit)}"
+        miss = f"outside {format_value(low, unit)}–{format_value(high, unit)} ({how} the paper's)"
+    elif expect.at_least is not None:
+        if value >= target:
+            return REPRODUCED, f"at least the paper's {format_value(target, unit)}"
+        miss = f"below the paper's bound {format_value(target, unit)}"
+    else:
+        if value <= target:
+            return REPRODUCED, f"at most the paper's {format_value(target, unit)}"
+        miss = f"above the paper's bound {format_value(target, unit)}"
+    reference = claim.reference()
+    if reference is None:
+        return DIFFERENT, miss
+    if target == reference:
+        return CONTRADICTED, f"{miss}: the paper finds no effect ({format_value(reference, unit)}), ours has one"
+    if (value - reference) * (target - reference) > 0:
+        return DIFFERENT, miss
+    side = "above" if value > reference else "below" if value < reference else "at"
+    return CONTRADICTED, f"{miss}, and {side} {format_value(reference, unit)}, the other side from the paper"
+
+
+def evaluate(claims: Iterable[tuple[str, Claim]], results: Results) -> list[ClaimResult]:
+    """Each ``(experiment, claim)`` judged on ``results`` (experiment -> its table or None)."""
+    out = []
+    for experiment, claim in claims:
+        evidence = tuple(claim.experiments(experiment))
+        measured = measure(claim.query, experiment, results)
+        if isinstance(measured, Missing):
+            hint = "; run its manifest with `rlscope run MANIFEST --scale full`" if "has not run" in measured.reason \
+                else ""
+            out.append(ClaimResult(experiment, claim, NOT_RUN, None, measured.reason + hint, evidence))
+            continue
+        verdict, why = judge(measured.value, claim)
+        if verdict != REPRODUCED:
+            explained = [_explanation(text, experiment, results) for text in claim.explain]
+            why = f"{why}. " + ("; ".join(explained) if explained else "No measured explanation yet")
+        out.append(ClaimResult(experiment, claim, verdict, measured, why, evidence))
+    return out
+
+
+def _explanation(explanation, experiment: str, results: Results) -> str:
+    measured = measure(explanation.query, experiment, results)
+    if isinstance(measured, Missing):
+        return explanation.text.replace("{value}", f"(not measured: {measured.reason})")
+    value = format_value(measured.value, explanation.unit)
+    if measured.samples > 1 and measured.low != measured.high:
+        value += f" [{format_value(measured.low, explanation.unit)}–{format_value(measured.high, explanation.unit)}]"
+    return explanation.text.replace("{value}", value)
+
+
+def results_in(output_dir: Path) -> Results:
+    """The results tables of the experiments in ``output_dir`` (``<experiment>/results.csv``), read
+    once each; None for an experiment with no results table. An unreadable table raises
+    ResultsError (``rlscope.plot.experiment.read_results``)."""
+    cache: dict[str, pd.DataFrame | None] = {}
+
+    def table(experiment: str) -> pd.DataFrame | None:
+        if experiment not in cache:
+            directory = output_dir / experiment
+            if not (directory / RESULTS_FILE).is_file():
+                cache[experiment] = None
+            else:
+                frame = read_results(directory, f"rlscope run configs/{experiment}.yaml")
+                cache[experiment] = frame if not frame.empty else None
+        return cache[experiment]
+
+    return table
+
