@@ -5,6 +5,8 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
+import pytest
+
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
@@ -23,3 +25,28 @@ def test_every_probe_case_and_fuzz_test_appears_on_the_page() -> None:
     fuzz = json.loads((REPO / "docs" / "results" / "reliability_fuzz.json").read_text())
     assert all(case["case"] in page for case in probe["cases"])
     assert all(f"`{name}`" in page for name in fuzz["tests"])
+
+
+def _claims_on_the_h100():
+    from rlscope.claims.verdict import evaluate, results_in
+    from rlscope.harness.manifest import load_claims
+
+    return evaluate(load_claims(REPO / "configs"), results_in(REPO / "docs" / "results" / "h100"))
+
+
+@pytest.mark.parametrize(("name", "papers"), [("claims.md", ("datacollection", "rlscope")),
+                                              ("datacollection.md", ("datacollection",))])
+def test_the_claims_tables_are_generated_from_the_h100_results(name: str, papers: tuple[str, ...]) -> None:
+    from rlscope.claims.render import as_markdown, into_page
+
+    page = REPO / "docs" / "results" / name
+    text = page.read_text()
+    results = [r for r in _claims_on_the_h100() if r.claim.paper in papers]
+    block = as_markdown(results, REPO / "docs" / "results" / "h100", page.parent)
+    flags = " ".join(f"--paper {p}" for p in papers) if len(papers) == 1 else ""
+    assert into_page(text, block, page) == text, f"run: rlscope claims docs/results/h100 {flags} --into {page}"
+
+
+def test_every_difference_from_the_papers_has_a_measured_explanation() -> None:
+    unexplained = [f"{r.experiment}: {r.claim.id}" for r in _claims_on_the_h100() if r.unexplained]
+    assert not unexplained, f"differences without an explain: entry: {unexplained}"
