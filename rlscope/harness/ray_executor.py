@@ -4,7 +4,8 @@ Each run is one task that executes the same worker subprocess as the local execu
 temporary run directory on whichever node Ray picks, with the manifest's timeout. Its files come
 back to this machine with its result (no shared filesystem is assumed) and are unpacked into
 ``runs/<id>/``, result.json last; this machine then writes DONE exactly as for a local run, so
-resume, ``--force`` and results.csv behave the same.
+resume, ``--force`` and results.csv behave the same. The stages an earlier attempt stored
+(``runs/<id>/stages/``, :mod:`rlscope.stages`) go with the task, so a run resumes on any node.
 
 Ray ships the working directory (the project: workloads are modules relative to it, files that
 .gitignore names left out) to every node; rlscope itself must be installed on each node.
@@ -29,6 +30,7 @@ from typing import Any
 
 from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
+from rlscope.stages import STAGES_DIR
 
 __all__ = ["RayExecutor", "needs_gpu", "INSTALL_HINT"]
 
@@ -46,21 +48,30 @@ def needs_gpu(params: Mapping[str, Any], cluster_has_gpus: bool) -> bool:
     return cluster_has_gpus and (device == "auto" or device.startswith("cuda"))
 
 
-def _execute_run(config: dict[str, Any]) -> dict[str, Any]:
-    """The task: the run's worker subprocess in a temporary run directory; its files, packed."""
+def _pack(directory: Path) -> bytes:
+    packed = io.BytesIO()
+    with tarfile.open(fileobj=packed, mode="w:gz") as tar:
+        tar.add(directory, arcname=".")
+    return packed.getvalue()
+
+
+def _execute_run(config: dict[str, Any], stages: bytes = b"") -> dict[str, Any]:
+    """The task: the run's worker subprocess in a temporary run directory, with the stages an
+    earlier attempt stored (``stages``: packed, or empty); its files, packed."""
     from rlscope.harness.process import run_worker, worker_env
 
     with tempfile.TemporaryDirectory(prefix="rlscope-run-") as tmp:
         run_dir = Path(tmp) / config["run_id"]
         run_dir.mkdir()
+        if stages:
+            with tarfile.open(fileobj=io.BytesIO(stages), mode="r:gz") as tar:
+                tar.extractall(run_dir / STAGES_DIR, filter="data")
         write_json_atomic(run_dir / "config.json", config)
         started = time.perf_counter()
         returncode = run_worker(run_dir, worker_env(run_dir), config["timeout_s"])
         seconds = time.perf_counter() - started
-        packed = io.BytesIO()
-        with tarfile.open(fileobj=packed, mode="w:gz") as tar:
-            tar.add(run_dir, arcname=".")
-    return {"returncode": returncode, "seconds": seconds, "files": packed.getvalue()}
+        files = _pack(run_dir)
+    return {"returncode": returncode, "seconds": seconds, "files": files}
 
 
 def _unpack(files: bytes, run_dir: Path) -> None:
@@ -124,9 +135,10 @@ class RayExecutor:
         try:
             for run in runs:
                 run_dir, config = launcher.prepare(run)
+                stages = _pack(run_dir / STAGES_DIR) if (run_dir / STAGES_DIR).is_dir() else b""
                 ref = task.options(num_cpus=1, num_gpus=1 if needs_gpu(config["params"], gpus) else 0,
                                    max_retries=1, retry_exceptions=False,
-                                   name=f"rlscope {config['experiment']}/{config['run_id']}").remote(config)
+                                   name=f"rlscope {config['experiment']}/{config['run_id']}").remote(config, stages)
                 pending[ref] = (run, run_dir, time.perf_counter())
             while pending:
                 (ref,), _ = ray.wait(list(pending), num_returns=1)

@@ -11,6 +11,8 @@ Layout written under ``OUTPUT/<experiment>/``::
     runs/<run-id>/log.txt      everything it printed
     runs/<run-id>/partial.json the repetitions finished so far, saved by the worker after each (gone once
                                result.json is written)
+    runs/<run-id>/stages/      the stages the workload finished of the repetition it is in
+                               (rlscope.stages; gone once the run is complete)
     runs/<run-id>/result.json  its metrics, written atomically by the worker; for a run that failed
                                or timed out, by the runner from partial.json
     runs/<run-id>/DONE         written last, only after a clean exit: a run is complete iff DONE exists
@@ -40,6 +42,7 @@ from rlscope.outputs import output_lock
 from rlscope.harness.manifest import GridPoint, Manifest
 from rlscope.harness.process import kill_worker, start_worker, worker_env
 from rlscope.harness.worker import PARTIAL_FILE, resolve_workload
+from rlscope.stages import Stages, describe, prune, repetition_dir
 
 __all__ = ["RunOutcome", "SweepSummary", "run_sweep", "run_sweeps", "collect_results"]
 
@@ -96,10 +99,17 @@ def _asked_the_same(run_dir: Path, config: Mapping[str, Any]) -> bool:
 
 def _finished_repetitions(run_dir: Path, config: Mapping[str, Any]) -> list[dict[str, Any]]:
     """The repetitions an earlier, unfinished attempt at this run completed: those results.csv
-    keeps for it (none for a complete run, whose files a rerun replaces)."""
-    if (run_dir / "DONE").exists() or not (run_dir / "result.json").exists():
+    keeps for it, or, where the runner itself was stopped before it could keep them (the machine
+    went away), those its worker saved in partial.json (none for a complete run, whose files a
+    rerun replaces)."""
+    if (run_dir / "DONE").exists():
         return []
-    finished = list((_kept_result(run_dir, config) or {}).get("repetitions") or [])
+    saved = _kept_result(run_dir, config) if (run_dir / "result.json").exists() else None
+    if saved is None and _asked_the_same(run_dir, config):
+        saved = read_json(run_dir / PARTIAL_FILE)
+    finished = saved.get("repetitions") if isinstance(saved, dict) else None
+    if not isinstance(finished, list) or not all(isinstance(row, dict) for row in finished):
+        return []
     return finished if len(finished) < config["repetitions"] else []
 
 
@@ -131,9 +141,10 @@ class _Sweep:
 class _Launcher:
     """Starts run subprocesses of every sweep and remembers them so Ctrl-C can stop them all."""
 
-    def __init__(self, sweeps: list[_Sweep], force: bool = False) -> None:
+    def __init__(self, sweeps: list[_Sweep], force: bool = False, note: Callable[[str], None] = print) -> None:
         self.sweeps = sweeps
         self.force = force  # start every run afresh, not from the repetitions an earlier attempt finished
+        self.note = note  # says what a run resumed from an earlier attempt
         self._live: set[subprocess.Popen[bytes]] = set()
         self._lock = threading.Lock()
         self._settled = threading.Condition(self._lock)
@@ -164,16 +175,24 @@ class _Launcher:
         failed in a later repetition) hands on the repetitions it finished, as the config's
         ``finished_repetitions``: the worker goes on from there, so a long run cut off by Ctrl-C
         or a machine's time limit loses only the repetition it was in (``--force`` starts afresh).
+        Of that repetition, the stages the workload stored (:mod:`rlscope.stages`) are kept, so
+        it loses only the stage it was in; the stages of a run asked something else are removed.
         """
         run_dir = self._run_dir(run)
         run_dir.mkdir(parents=True, exist_ok=True)
         config = _config(self._manifest(run), run.point)
         finished = [] if self.force else _finished_repetitions(run_dir, config)
+        prune(run_dir, None if self.force else config)
         for stale in ("DONE", "result.json", PARTIAL_FILE):
             (run_dir / stale).unlink(missing_ok=True)
         if finished:
             config["finished_repetitions"] = finished
         write_json_atomic(run_dir / "config.json", config)
+        resumed = [f"{len(finished)} of {config['repetitions']} repetitions"] if finished else []
+        resumed += [describe(Stages(repetition_dir(run_dir, config, len(finished))).stored())]
+        if any(resumed):
+            name = f"{self.sweeps[run.sweep].manifest.experiment}/" if len(self.sweeps) > 1 else ""
+            self.note(f"  resumed {name}{run.point.run_id}: {', '.join(filter(None, resumed))} from an earlier attempt")
         return run_dir, config
 
     def _launch(self, run: _Run, slot_env: Mapping[str, str]) -> RunOutcome:
@@ -209,6 +228,7 @@ class _Launcher:
             reason = "interrupted" if self.stopping else f"exit code {returncode}: {last_line(run_dir / 'log.txt')}"
             return self._unfinished(run, "failed", seconds, reason)
         write_atomic(run_dir / "DONE", f"{result['status']} {time.strftime('%Y-%m-%dT%H:%M:%S')}\n")
+        prune(run_dir, None)  # complete: nothing left to resume
         return RunOutcome(run.point.run_id, run_dir, result["status"], seconds, result.get("reason", ""))
 
     def lost(self, run: _Run, seconds: float, reason: str) -> RunOutcome:
@@ -340,11 +360,11 @@ def _run_locked(sweeps: list[_Sweep], executor: Executor | None, force: bool, pr
     for index in range(len(sweeps)):
         if len(outcomes[index]) == totals[index]:
             finish(index)
-    launcher = _Launcher(sweeps, force)
     executor = executor or LocalExecutor()
     several = len(sweeps) > 1
     bar = tqdm(total=sum(totals), initial=sum(map(len, outcomes)), unit="run", dynamic_ncols=True,
                desc="runs" if several else sweeps[0].manifest.experiment, disable=not progress)
+    launcher = _Launcher(sweeps, force, note=bar.write)
     sweep_of = {sweeps[run.sweep].runs_dir / run.point.run_id: run.sweep for run in todo}
     stream: Iterator[RunOutcome] = executor.run_all(todo, launcher)
     try:

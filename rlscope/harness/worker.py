@@ -7,11 +7,18 @@ status, so a run killed at any point never looks complete. After every repetitio
 the worker also saves those finished so far to ``partial.json`` (removed once ``result.json``
 holds them all), which the runner keeps in results.csv if a later repetition fails or runs past
 the timeout.
+
+Each repetition's checkpointed stages (:mod:`rlscope.stages`) live in a directory of the run that
+the worker names in ``RLSCOPE_STAGES_DIR`` while the repetition runs; a repetition stopped part
+way resumes from its last finished stage. Once saved in ``partial.json`` a repetition's stages
+are removed (a resume takes it whole from there); the last one's go with the run's DONE.
 """
 
 from __future__ import annotations
 
 import importlib
+import os
+import shutil
 import sys
 import time
 import traceback
@@ -21,6 +28,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun, WorkloadError
 from rlscope.files import read_json, write_json_atomic
+from rlscope.stages import ENV_STAGES_DIR, repetition_dir
 
 __all__ = ["resolve_workload", "main", "gpu_out_of_memory", "PARTIAL_FILE"]
 
@@ -84,6 +92,8 @@ def _run(run_dir: Path) -> int:
               flush=True)
     for repetition in range(len(rows), config["repetitions"]):
         started = time.time()
+        stages = repetition_dir(run_dir, config, repetition)
+        os.environ[ENV_STAGES_DIR] = str(stages)
         try:
             metrics = dict(func(**config["params"]))
         except SkipRun as skip:
@@ -102,6 +112,8 @@ def _run(run_dir: Path) -> int:
         print(f"repetition {repetition}: {metrics}", flush=True)
         if repetition + 1 < config["repetitions"]:
             write_json_atomic(run_dir / PARTIAL_FILE, {"repetitions": rows})
+            shutil.rmtree(stages, ignore_errors=True)  # saved whole: a resume takes the repetition, not its stages
+    os.environ.pop(ENV_STAGES_DIR, None)
     write_json_atomic(run_dir / "result.json", {"status": "ok", "reason": "", "repetitions": rows})
     (run_dir / PARTIAL_FILE).unlink(missing_ok=True)  # result.json holds them all now
     return 0
