@@ -33,6 +33,11 @@ calibration's profiled windows (``speed_factor``), as ``rlscope analyze --correc
 remove the trace writes whole.
 
     error = (corrected - uninstrumented) / uninstrumented
+
+Under ``rlscope run`` a repetition checkpoints its stages (``rlscope.stages``): the calibration,
+each whole-run pair, the windows run and the sessions run. A repetition stopped part way (a
+machine's time limit, a pre-empted node) resumes from the last stage it finished, with the
+results of an uninterrupted one.
 """
 
 from __future__ import annotations
@@ -246,9 +251,13 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     way (whole runs: ``validation_pairs`` profiled runs, each between two uninstrumented ones,
     reported as medians over the pairs; sessions: a run of ``session_steps``, 0 for none);
     return the errors in percent. ``budget_s``: seconds this repetition may take, calibration
-    included (0: no limit); the whole-run pairs stop short of it (``pairs_within_budget``)."""
+    included (0: no limit); the whole-run pairs stop short of it (``pairs_within_budget``). The
+    time that stages read back from an earlier attempt took then counts as spent.
+
+    Resumed at a pair, a repetition runs the uninstrumented run before that pair's profiled one
+    again: the earlier one's trace went with the stopped attempt's temporary directory."""
     from experiments.overhead.loops import GPU_WORKLOADS
-    from rlscope.calibrate import CALIBRATION_FILE, analyze_corrected, calibrate
+    from rlscope.calibrate import CALIBRATION_FILE, Calibration, analyze_corrected, calibrate
     from rlscope.calibrate.spans import measure_windows
     from rlscope.calibrate.speed import speed_factor
     from rlscope.calibrate.window_costs import window_iteration
@@ -256,12 +265,19 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
     from rlscope.collect.launch import run_profiled
     from rlscope.collect.windows import LEVELS, format_windows
     from rlscope.analyze.attribution import read_attributed
+    from rlscope.files import write_json_atomic
+    from rlscope.stages import current
 
     if workload in GPU_WORKLOADS and (reason := gpu_unavailable_reason()) is not None:
         raise SkipRun(f"needs a GPU: {reason}")
     if validation_pairs < 1:
         raise ValueError(f"validation_pairs {validation_pairs}: need at least 1")
-    deadline = time.monotonic() + budget_s if budget_s > 0 else None
+    stages = current()
+
+    def clock() -> float:  # time spent, that of the stages read back included
+        return time.monotonic() + stages.resumed_seconds
+
+    deadline = clock() + budget_s if budget_s > 0 else None
     command = [sys.executable, "-m", "experiments.overhead.loops", workload]
     validation = command + [str(validation_steps)]
     with tempfile.TemporaryDirectory(prefix="rlscope-overhead-") as tmp:
@@ -282,30 +298,51 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                       "calibration_repetitions": calibration.repetitions, "calibration_precision_pct": float("nan")}
         else:
             calibration_path = root / "calibration" / CALIBRATION_FILE
-            calibration, failures = calibrate(command + [str(calibration_steps)], calibration_path.parent,
-                                              calibration_repetitions, gpu=gpu, progress=lambda line: None,
-                                              window_ms=window_ms, precision_pct=calibration_precision_pct,
-                                              startup_pairs=calibration_startup_pairs)
-            if failures:
-                raise RuntimeError("calibration runs failed: " + "; ".join(failures))
-        bases = [read_attributed(run("base0", wall_only=True))]
+
+            def calibrated() -> dict[str, Any]:
+                _, failures = calibrate(command + [str(calibration_steps)], calibration_path.parent,
+                                        calibration_repetitions, gpu=gpu, progress=lambda line: None,
+                                        window_ms=window_ms, precision_pct=calibration_precision_pct,
+                                        startup_pairs=calibration_startup_pairs)
+                if failures:
+                    raise RuntimeError("calibration runs failed: " + "; ".join(failures))
+                return json.loads(calibration_path.read_text())
+
+            # The file, computed or read back: the correction of each profiled run reads it.
+            write_json_atomic(calibration_path, stages.stage("calibration", calibrated))
+            calibration = Calibration.load(calibration_path)
+        bases: dict[int, list[Any]] = {}
+
+        def base(i: int) -> list[Any]:
+            """The uninstrumented run before pair i's profiled one (after pair i - 1's)."""
+            if i not in bases:
+                bases[i] = read_attributed(run(f"base{i}", wall_only=True))
+            return bases[i]
+
+        def measured_pair(i: int) -> dict[str, float]:
+            before = base(i)
+            tables = analyze_corrected(run(f"profiled{i}", gpu=gpu), calibration_path)
+            return whole_run_pair(before, base(i + 1), read_attributed(root / f"profiled{i}"), tables, calibration)
 
         def pair(i: int) -> dict[str, float]:
-            tables = analyze_corrected(run(f"profiled{i}", gpu=gpu), calibration_path)
-            bases.append(read_attributed(run(f"base{i + 1}", wall_only=True)))
-            return whole_run_pair(bases[i], bases[i + 1], read_attributed(root / f"profiled{i}"), tables, calibration)
+            return stages.stage("validation pairs", lambda: measured_pair(i), index=i, of=validation_pairs)
 
+        if not stages.has("validation pairs", 0):
+            base(0)  # before the pairs, so that no pair's time, by which the budget goes, includes it
         # The windows run is about half a pair (one profiled run); the sessions run, half profiled,
         # about half a pair per validation length it spans.
         after_pairs = 0.5 + 0.5 * session_steps / validation_steps
-        whole = median_of_pairs(pairs_within_budget(pair, validation_pairs, deadline, after_pairs))
-        windows = measure_windows(read_attributed(run("windows", gpu=gpu,
-                                                 windows=format_windows(window_ms, ["off", LEVELS[-1]]))))
+        whole = median_of_pairs(pairs_within_budget(pair, validation_pairs, deadline, after_pairs, clock=clock))
+        windows = stages.stage("windows run", lambda: measure_windows(read_attributed(
+            run("windows", gpu=gpu, windows=format_windows(window_ms, ["off", LEVELS[-1]])))))
         window_speed = speed_factor(calibration, window_iteration(windows))
         sessions = {}
         if session_steps:
-            _run_sessions(command + [str(session_steps), "--segment-ms", f"{session_segment_ms:g}"], root, gpu)
-            sessions = session_errors(root / "sessions", calibration, whole)
+            def sessions_run() -> dict[str, float]:
+                _run_sessions(command + [str(session_steps), "--segment-ms", f"{session_segment_ms:g}"], root, gpu)
+                return session_errors(root / "sessions", calibration, whole)
+
+            sessions = stages.stage("sessions run", sessions_run)
     return {
         **reused,
         **sessions,
