@@ -272,3 +272,12 @@ def test_markdown_links_to_the_evidence(tmp_path):
     results = evaluate([("vec", claim)], _results(vec=_throughput()))
     text = as_markdown(results, tmp_path / "out", tmp_path / "docs")
     assert "[vec](../out/vec/results.csv)" in text and "1 claims: 1 reproduced." in text
+
+
+def test_absolute_takes_an_errors_size_whatever_its_sign():
+    errors = pd.DataFrame({"run_id": ["a", "b"], "status": ["ok", "ok"], "reason": ["", ""], "repetition": [0, 0],
+                           "workload": ["w1", "w2"], "error_pct": [-6.0, 2.0]})
+    query = {"kind": "value", "across": "workload", "across_reduce": "max",
+             "of": {"metric": "error_pct", "absolute": True}}
+    [result] = evaluate([("oc", _claim(query=query, unit="count", expect={"at_most": 5}))], _results(oc=errors))
+    assert result.verdict == DIFFERENT and result.ours.value == 6.0

@@ -138,6 +138,8 @@ def _side(rows: Rows, own: str, results: Results, free: list[str]) -> pd.DataFra
     values = pd.to_numeric(ok[rows.metric], errors="coerce")
     if rows.divide_by:
         values = values / pd.to_numeric(ok[rows.divide_by], errors="coerce")
+    if rows.absolute:
+        values = values.abs()
     if values.isna().any():
         return Missing(f"{_describe(rows, own)} has no number in {rows.metric!r} for some runs")
     frame = ok[keys].assign(value=values)

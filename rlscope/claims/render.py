@@ -23,16 +23,16 @@ END = "<!-- rlscope claims: end -->"
 
 
 def paper_text(result: ClaimResult) -> str:
-    """The paper's value, or its bound where it states one."""
+    """The paper's value, or, where it states none, the bound the claim holds ours to."""
     claim = result.claim
     if claim.paper_value is not None:
         return format_value(claim.paper_value, claim.unit)
-    expect = claim.expect
+    expect = claim.expect  # the paper gives no number: the bound we hold ours to
     if expect.at_least is not None:
-        return f"≥ {format_value(expect.at_least, claim.unit)}"
+        return f"no number (we ask ≥ {format_value(expect.at_least, claim.unit)})"
     if expect.at_most is not None:
-        return f"≤ {format_value(expect.at_most, claim.unit)}"
-    return format_value(expect.target, claim.unit)
+        return f"no number (we ask ≤ {format_value(expect.at_most, claim.unit)})"
+    return f"no number (we ask about {format_value(expect.target, claim.unit)})"
 
 
 def ours_text(result: ClaimResult) -> str:

@@ -46,6 +46,7 @@ class Rows(_Model):
     where: dict[Name, Scalar | list[Scalar]] = {}
     metric: Name
     divide_by: Name | None = None
+    absolute: StrictBool = False  # the metric's size, whatever its sign (an error in either direction)
     combine: Literal["one", "sum", "max", "min", "median", "mean"] = "one"
 
 
