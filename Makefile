@@ -44,7 +44,7 @@ REQUIREMENTS := import sys, tomllib; p = tomllib.load(open("pyproject.toml", "rb
   print(*p["build-system"]["requires"], *p["project"]["dependencies"], \
         *(r for e in sys.argv[1].split(",") if e for r in extras[e]), sep="\n")
 
-.PHONY: install deps test fuzz artifacts-quick artifacts smoke-gpu container-test clean
+.PHONY: install deps test fuzz artifacts-quick artifacts docs smoke-gpu container-test clean
 
 install: $(STAMP)
 deps: $(DEPS_STAMP)
@@ -72,14 +72,25 @@ fuzz: $(STAMP)
 	$(PY) bench/fuzz_cli.py --examples $(FUZZ_EXAMPLES) --seed $(FUZZ_SEED) --out docs/results/reliability_fuzz.json
 
 # Every manifest at quick scale on this machine; figures land in output/artifacts/experiment_<experiment>/,
-# and output/report.html shows them all (written whether or not a run failed).
+# output/report.html shows them all (written whether or not a run failed), and the last lines say
+# which of the papers' claims the results reproduce (quick scale: many are "not run" or differ).
 artifacts-quick: $(STAMP)
-	$(RLSCOPE) run $(MANIFESTS) --scale quick --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; exit $$status
+	$(RLSCOPE) run $(MANIFESTS) --scale quick --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; \
+	$(RLSCOPE) claims output; exit $$status
 
 # The papers' sizes: for a GPU machine (hours). A failed run never stops the other manifests; the
 # end lists every manifest's runs and the exit status is non-zero if any failed.
 artifacts: $(STAMP)
-	$(RLSCOPE) run $(MANIFESTS) --scale full --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; exit $$status
+	$(RLSCOPE) run $(MANIFESTS) --scale full --jobs $(JOBS); status=$$?; $(RLSCOPE) report output; \
+	$(RLSCOPE) claims output; exit $$status
+
+# The results pages' generated parts, from the data under docs/results: the claims tables
+# (rlscope claims) and the marked tables (bench/results_tables.py). tests/test_results_pages.py
+# fails when a page is not what this makes.
+docs: $(STAMP)
+	$(RLSCOPE) claims docs/results/h100 --into docs/results/claims.md
+	$(RLSCOPE) claims docs/results/h100 --paper datacollection --into docs/results/datacollection.md
+	$(PY) bench/results_tables.py
 
 # The GPU smoke run (.github/workflows/smoke-gpu.yml, a self-hosted GPU runner): the doctor at full
 # scale, the GPU tests, then every manifest at quick scale with its policy and simulators on the GPU.

@@ -11,6 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import reliability_page  # noqa: E402
+import results_tables  # noqa: E402,F401
 
 
 def test_the_reliability_page_is_generated_from_its_data() -> None:
@@ -50,3 +51,10 @@ def test_the_claims_tables_are_generated_from_the_h100_results(name: str, papers
 def test_every_difference_from_the_papers_has_a_measured_explanation() -> None:
     unexplained = [f"{r.experiment}: {r.claim.id}" for r in _claims_on_the_h100() if r.unexplained]
     assert not unexplained, f"differences without an explain: entry: {unexplained}"
+
+
+def test_the_generated_tables_are_what_their_data_gives() -> None:
+    import results_tables
+
+    assert results_tables.pages(), "no page marks a generated table"
+    assert results_tables.main(["--check"]) == 0, "run: python bench/results_tables.py"

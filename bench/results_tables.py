@@ -1,0 +1,217 @@
+"""The tables of docs/results/*.md, generated from the results beside them.
+
+A page marks each generated table with ``<!-- table: NAME -->`` and ``<!-- /table -->``; NAME is
+a function of ``TABLES`` that reads the data and returns the table's Markdown (caption lines
+included). ``python bench/results_tables.py`` rewrites every marked table; ``--check`` exits 1
+if a page is not what its data gives (tests/test_results_pages.py runs it). So a number in a
+table is never typed, and a new run of an experiment updates its page by running this.
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
+H100 = RESULTS / "h100"
+_BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
+
+
+def _table(head: list[str], rows: list[list[Any]]) -> str:
+    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
+    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
+    return "\n".join(lines) + "\n"
+
+
+def _ok(name: str) -> pd.DataFrame:
+    frame = pd.read_csv(H100 / name / "results.csv")
+    return frame[frame["status"] == "ok"]
+
+
+def _in_order(values: pd.Series) -> list[Any]:
+    """Distinct values in the order the runs were made (the manifest's grid order)."""
+    return list(dict.fromkeys(values))
+
+
+# -- RL-Scope case studies ------------------------------------------------------------------
+
+_OPERATIONS = {"inference": "inference", "simulation": "simulation", "backpropagation": "backpropagation",
+               "(unannotated)": "outside"}
+_LAYERS = {"Python": ["Python"], "Backend": ["Backend"], "Simulator": ["Simulator"], "CUDA API": ["CUDA API"],
+           "GPU busy": ["CPU + GPU", "GPU"]}
+
+
+def _survey(name: str, key: str, label: Callable[[str], str]) -> str:
+    """Per algorithm or simulator: training time, speed and the shares (%) of training per
+    operation and layer, mean over repetitions; "max spread" is the largest difference between
+    repetitions of any of those shares (points)."""
+    data = _ok(name)
+    rows = data[data["table"] == "breakdown"]
+    rows_out = []
+    for value in _in_order(rows[key]):
+        mine = rows[rows[key] == value]
+        per_rep = []
+        for _, rep in mine.groupby("repetition"):
+            shares = {out: rep.loc[rep["operation"] == op, "share"].sum() * 100 for op, out in _OPERATIONS.items()}
+            shares.update({out: rep.loc[rep["layer"].isin(layers), "share"].sum() * 100
+                           for out, layers in _LAYERS.items()})
+            per_rep.append(shares)
+        shares = pd.DataFrame(per_rep)
+        spread = (shares.max() - shares.min()).max()
+        first = mine.groupby("repetition").first()
+        rows_out.append([label(value), f"{first['training_s'].mean():.1f}", f"{first['steps_per_s'].mean():.0f}",
+                         *(f"{shares[c].mean():.1f}" for c in shares.columns), f"{spread:.1f}"])
+    head = [key if key != "env" else "environment", "training (s)", "env steps/s", *_OPERATIONS.values(),
+            *_LAYERS, "max spread"]
+    return _table(head, rows_out)
+
+
+def _survey_transitions(name: str, key: str, label: Callable[[str], str]) -> str:
+    """Transitions per environment step (all operations), mean over repetitions."""
+    data = _ok(name)
+    rows = data[data["table"] == "transitions"]
+    kinds = ["Python->Backend", "Backend->CUDA", "GPU kernels", "Python->Simulator"]
+    out = []
+    for value in _in_order(rows[key]):
+        mine = rows[rows[key] == value]
+        steps_per_iteration = mine["timesteps"] / mine["iterations"]
+        per_step = (mine["per_iteration"] / steps_per_iteration).groupby([mine["repetition"], mine["transition"]]).sum()
+        mean = per_step.groupby(level="transition").mean()
+        out.append([label(value), *(f"{mean.get(kind, 0.0):.1f}" for kind in kinds)])
+    return _table([key if key != "env" else "environment", *kinds], out)
+
+
+def algorithm_choice() -> str:
+    return _survey("algorithm_choice", "algorithm", str.upper)
+
+
+def algorithm_choice_transitions() -> str:
+    return _survey_transitions("algorithm_choice", "algorithm", str.upper)
+
+
+def simulator_choice() -> str:
+    return _survey("simulator_choice", "env", str)
+
+
+def simulator_choice_transitions() -> str:
+    return _survey_transitions("simulator_choice", "env", str)
+
+
+_FRAMEWORKS = {"sb3": "SB3", "sb3_compile": "SB3 + compile", "sbx": "SBX"}
+
+
+def framework_speed() -> str:
+    """``bench/framework_speed.py``'s rounds: median [min, max] seconds per framework, and the
+    speed-up over eager SB3 as the ratio of medians [range of the per-round ratios]."""
+    data = pd.read_csv(RESULTS / "casestudies" / "framework_speed_h100.csv")
+    out = []
+    for algorithm in _in_order(data["algorithm"]):
+        mine = data[data["algorithm"] == algorithm].pivot(index="round", columns="framework", values="learn_s")
+        cells = [f"{mine[f].median():.2f} [{mine[f].min():.2f}, {mine[f].max():.2f}]" for f in _FRAMEWORKS]
+        for other in ("sb3_compile", "sbx"):
+            ratio = mine["sb3"] / mine[other]
+            cell = f"{mine['sb3'].median() / mine[other].median():.2f}x [{ratio.min():.2f}, {ratio.max():.2f}]"
+            cells.append(f"**{cell.split(' ')[0]}** {cell.split(' ', 1)[1]}" if other == "sbx" else cell)
+        out.append([algorithm.upper(), *cells])
+    return _table(["algorithm", "SB3 eager", "SB3 + torch.compile", "SBX (JAX jit)", "compile vs eager",
+                   "SBX vs eager"], out)
+
+
+def framework_breakdown() -> str:
+    """Per algorithm and framework, per iteration (one environment step): the whole time, the
+    backpropagation's time (all layers, then Python / Backend / CUDA API / GPU busy), and its
+    transitions."""
+    data = _ok("RL_framework_comparison")
+    breakdown, transitions = data[data["table"] == "breakdown"], data[data["table"] == "transitions"]
+    out = []
+    for algorithm in _in_order(data["algorithm"]):
+        for framework, name in _FRAMEWORKS.items():
+            rows = breakdown[(breakdown["algorithm"] == algorithm) & (breakdown["framework"] == framework)]
+            if rows.empty:
+                continue
+            iterations = rows["iterations"].iloc[0]
+            ms = rows["seconds"].sum() / iterations * 1e3
+            back = rows[rows["operation"] == "backpropagation"]
+            layer_ms = [back.loc[back["layer"].isin(layers), "seconds"].sum() / iterations * 1e3
+                        for layers in (["Python"], ["Backend"], ["CUDA API"], ["CPU + GPU", "GPU"])]
+            moves = transitions[(transitions["algorithm"] == algorithm) & (transitions["framework"] == framework)]
+
+            def count(operation: str, kind: str) -> str:
+                picked = moves[(moves["operation"] == operation) & (moves["transition"] == kind)]
+                return f"{picked['per_iteration'].sum():.0f}"
+
+            out.append([f"{algorithm.upper()} / {name}", f"{ms:.2f}",
+                        f"{back['seconds'].sum() / iterations * 1e3:.2f} ({' / '.join(f'{v:.2f}' for v in layer_ms)})",
+                        count("backpropagation", "Python->Backend"), count("backpropagation", "Backend->CUDA"),
+                        count("backpropagation", "GPU kernels"), count("inference", "Python->Backend")])
+    return _table(["algorithm / framework", "ms per iteration", "backpropagation ms (Python / Backend / CUDA API / GPU)",
+                   "backprop Python->Backend", "backprop Backend->CUDA", "backprop kernels",
+                   "inference Python->Backend"], out)
+
+
+def scale_up() -> str:
+    """Per number of actors: nvidia-smi's utilisation, GPM's SM utilisation and the true
+    GPU-bound share (union of all processes' kernels and copies), and throughput."""
+    data = _ok("scale_up")
+    gpu = data[data["table"] == "gpu"]
+    out = []
+    for workers in _in_order(gpu["workers"]):
+        mine = gpu[gpu["workers"] == workers].set_index("measure")["percent"]
+        smi, bound = mine["nvidia-smi utilization.gpu"], mine["GPU-bound (kernels+copies)"]
+        first = gpu[gpu["workers"] == workers].iloc[0]
+        out.append([f"{workers:d}", f"{smi:.1f}%", f"{mine['SM utilisation (GPM)']:.1f}%", f"{bound:.1f}%",
+                    f"{smi / bound:.1f}x", f"{first['worker_steps_per_s']:,.0f}", f"{first['learner_updates_per_s']:.0f}"])
+    return _table(["M actors", "nvidia-smi utilization.gpu", "GPM SM utilisation",
+                   "true GPU-bound (union of all processes' kernels and copies)", "nvidia-smi / true",
+                   "actors' steps/s (all)", "learner updates/s"], out)
+
+
+TABLES: dict[str, Callable[[], str]] = {
+    "algorithm_choice": algorithm_choice, "algorithm_choice_transitions": algorithm_choice_transitions,
+    "simulator_choice": simulator_choice, "simulator_choice_transitions": simulator_choice_transitions,
+    "framework_speed": framework_speed, "framework_breakdown": framework_breakdown, "scale_up": scale_up,
+}
+
+
+def render(page: Path) -> str:
+    """``page`` with each marked table generated again."""
+    text = page.read_text()
+
+    def fill(match: re.Match[str]) -> str:
+        name = match["name"]
+        if name not in TABLES:
+            raise SystemExit(f"{page}: unknown table {name!r}; known: {', '.join(TABLES)}")
+        return match.group(1) + TABLES[name]() + match.group(4)
+
+    return _BLOCK.sub(fill, text)
+
+
+def pages() -> list[Path]:
+    """The results pages that hold a generated table."""
+    return [p for p in sorted(RESULTS.glob("*.md")) if _BLOCK.search(p.read_text())]
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--check", action="store_true", help="exit 1 if a page is not what its data gives")
+    args = parser.parse_args(argv)
+    stale = []
+    for page in pages():
+        text = render(page)
+        if text != page.read_text():
+            stale.append(page)
+            if not args.check:
+                page.write_text(text)
+    for page in stale:
+        print(f"{'stale' if args.check else 'rewrote'}: {page}")
+    return 1 if args.check and stale else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
