@@ -76,10 +76,12 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
                          env=cli_env, timeout=300)
     assert out.returncode == 0, out.stderr
     assert "time corrected for profiling overhead" in out.stdout
-    assert "(from the costs' 95% intervals)" in out.stdout
+    assert "by the costs' 95% intervals" in out.stdout
     table = pd.read_csv(trace / "analysis" / "breakdown.csv")
-    assert {"corrected_ns", "overhead_ns"} <= set(table.columns)
-    assert (table["corrected_ns"] >= 0).all() and (table["corrected_ns"] <= table["time_ns"]).all()
+    assert {"corrected_ns", "corrected_low_ns", "corrected_high_ns", "overhead_ns", "excess_ns"} <= set(table.columns)
+    assert (0 <= table["corrected_low_ns"]).all() and (table["corrected_low_ns"] <= table["corrected_ns"]).all()
+    assert (table["corrected_ns"] <= table["corrected_high_ns"]).all()
+    assert (table["corrected_high_ns"] <= table["time_ns"]).all()
 
     missing = subprocess.run([sys.executable, "-m", "rlscope.cli", "analyze", str(trace), "--corrected"],
                              capture_output=True, text=True, env=cli_env, timeout=300)

@@ -8,6 +8,10 @@ extension modules' ufuncs, nanobind and Cython callables: ``rlscope.collect.unse
 of those calls is counted as Python and the calls as no transition. Its Python rows, the rows of
 those targets' layers and their transitions carry the caveat in a ``caveat`` column ("" on
 every other row, and for traces that recorded no such field).
+
+Where correction (``rlscope.calibrate.correct``) would remove more of an operation's layer than
+was measured, even at the low end of the removal's 95% interval, the calibration's costs do not
+fit the workload: the rows of that layer carry ``OVERCORRECTED``.
 """
 
 from __future__ import annotations
@@ -20,11 +24,13 @@ import pandas as pd
 
 from rlscope.collect.unseen import UNSEEN_CALLS
 
-__all__ = ["CAVEAT", "unseen_calls_caveat", "dropped_events_caveat", "add_caveat", "mark_rows", "markers",
-           "marked_groups"]
+__all__ = ["CAVEAT", "OVERCORRECTED", "unseen_calls_caveat", "dropped_events_caveat", "add_caveat", "mark_rows",
+           "markers", "marked_groups"]
 
 CAVEAT = "caveat"
 _LAYER = {"backend": "Backend", "simulator": "Simulator"}
+OVERCORRECTED = ("calibration removes more than was measured, beyond its 95% interval: its costs are overestimated "
+                 "for this workload (corrected to 0 here, excess_ns says by how much)")
 
 
 def unseen_calls_caveat(meta: Mapping[str, Any]) -> tuple[str, set[str], set[str]]:
@@ -49,10 +55,13 @@ def dropped_events_caveat(dropped_events: int) -> str:
             f"(rlscope analyze --drop-corrupt): its times and counts are too low")
 
 
-def add_caveat(frame: pd.DataFrame, caveat: str) -> None:
-    """Add ``caveat`` to every row of ``frame`` (in place), after any caveat a row already has."""
+def add_caveat(frame: pd.DataFrame, caveat: str, rows: Any = None) -> None:
+    """Add ``caveat`` to the ``rows`` of ``frame`` (a boolean mask; every row by default), in
+    place, after any caveat a row already has; a row that has it already keeps it once."""
     if caveat:
-        frame[CAVEAT] = [f"{old}; {caveat}" if old else caveat for old in frame[CAVEAT]]
+        chosen = [True] * len(frame) if rows is None else list(rows)
+        frame[CAVEAT] = [old if not pick or caveat in old else f"{old}; {caveat}" if old else caveat
+                         for old, pick in zip(frame[CAVEAT], chosen)]
 
 
 def mark_rows(breakdown: pd.DataFrame, transitions: pd.DataFrame, meta: Mapping[str, Any],

@@ -48,16 +48,28 @@ def _mark(table: pd.DataFrame, rows: pd.DataFrame, marks: dict[str, str]) -> Non
 
 
 def format_correction(breakdown: pd.DataFrame) -> str:
-    """Per process and operation of the main thread: raw and overhead-corrected seconds (rows
-    with a caveat marked, as in ``format_summary``)."""
+    """Per process and operation of the main thread: raw and overhead-corrected seconds, with the
+    corrected time's 95% interval where the breakdown has one (``corrected_low_ns``,
+    ``corrected_high_ns``: ``rlscope.calibrate.correct_breakdown``); rows with a caveat marked,
+    as in ``format_summary`` (among them those the calibration removes more from than was
+    measured)."""
     main = breakdown[breakdown["thread"] == "main"]
-    table = main.groupby(["process", "operation"])[["time_ns", "corrected_ns", "overhead_ns"]].sum() / 1e9
-    table.columns = ["raw_s", "corrected_s", "overhead_s"]
+    interval = {"corrected_low_ns", "corrected_high_ns"} <= set(main)
+    columns = ["time_ns", "corrected_ns"] + (["corrected_low_ns", "corrected_high_ns"] if interval else [])
+    table = main.groupby(["process", "operation"])[columns + ["overhead_ns"]].sum() / 1e9
+    table.columns = ["raw_s", "corrected_s"] + (["corrected_low_s", "corrected_high_s"] if interval else []) + [
+        "overhead_s"]
     table["overhead_%"] = (100 * table["overhead_s"] / table["raw_s"]).round(1)
-    total = table[["raw_s", "corrected_s"]].sum()
+    total = table.sum()
     line = f"total: raw {total['raw_s']:.4f} s, corrected {total['corrected_s']:.4f} s"
-    if "uncertainty_ns" in main:  # the calibration's 95% intervals, as a bound
+    if interval:  # the sums of the rows' bounds: each cost's error is the same in every operation
+        line += (f", {total['corrected_low_s']:.4f} to {total['corrected_high_s']:.4f} s by the costs' 95% "
+                 f"intervals")
+    elif "uncertainty_ns" in main:
         line += f" ± {main['uncertainty_ns'].sum() / 1e9:.4f} s (from the costs' 95% intervals)"
+    if "excess_ns" in main and main["excess_ns"].sum() > 0:
+        line += (f"; the costs exceed the measured time by {main['excess_ns'].sum() / 1e9:.4f} s where rows "
+                 f"were corrected to 0")
     table = table.round(4)
     marks = markers(main)
     _mark(table, main, marks)

@@ -2,8 +2,11 @@
 
 Annotations and intercepted Python->native calls cost Python time of the operation they happen
 in; recorded CUDA API calls and GPU activity records cost time inside CUDA API calls; rlscope's
-own trace writes are timed as they happen and removed whole. Corrected time never goes below
-zero, and GPU time is left as measured.
+own trace writes are timed as they happen and removed whole. GPU time is left as measured.
+
+Each corrected time comes with the interval the removal's 95% interval gives it, bounded to what
+is possible (no less than zero, no more than was measured); where even the low end of a removal
+exceeds the time measured, the rows say so (``OVERCORRECTED``) instead of reading as a plain zero.
 """
 
 from __future__ import annotations
@@ -14,6 +17,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from rlscope.analyze.caveats import CAVEAT, OVERCORRECTED, add_caveat
 from rlscope.analyze.overlap import UNANNOTATED
 from rlscope.calibrate.model import EVENTS, PROFILER_LAYER, Calibration
 from rlscope.calibrate.spans import iterating_process, trace_iteration
@@ -79,25 +83,62 @@ def span_removed(span: dict[str, Any], costs_ns: dict[str, float]) -> float:
 
 def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibration: Calibration,
                       speed: float = 1.0, startup_process: str | None = None) -> pd.DataFrame:
-    """The breakdown with a ``corrected_ns`` column: each operation's CPU time less the cost of
-    the events recorded in it, taken from the layer the events inflate (CPU-only rows first,
-    then rows that overlap the GPU), never below zero; rlscope's own trace writes (the
-    ``Profiler`` layer, timed as they happened) are removed whole. Also ``overhead_ns``: what
-    was removed, and ``uncertainty_ns``: the 95% half-width of what was removed per operation
-    and layer (``joint_half_width``, on the row the removal started from; summed over
-    rows, a bound).
+    """The breakdown with each operation's CPU time less the cost of the events recorded in it,
+    taken from the layer the events inflate; rlscope's own trace writes (the ``Profiler`` layer,
+    timed as they happened) are removed whole. Added columns:
+
+    - ``corrected_ns``: the time less the removal (count x cost), no less than zero: the
+      possible value nearest to that difference (a point moved into the interval, say to its
+      middle, would assume a distribution of the costs' errors that calibration does not give);
+    - ``corrected_low_ns``, ``corrected_high_ns``: the same with the removal at the high and the
+      low end of its 95% interval, bounded to [0, ``time_ns``]; ``corrected_ns`` lies within;
+    - ``uncertainty_ns``: the 95% half-width of the removal per operation and layer
+      (``joint_half_width``), on the row the removal started from (summed over rows, a bound);
+    - ``excess_ns``: what the removal could not take, since the layer's time ran out (on the
+      same row; 0 almost everywhere);
+    - ``overhead_ns``: what was removed (``time_ns - corrected_ns``);
+    - ``caveat``: ``OVERCORRECTED`` added on the layer's rows where the low end of the removal
+      exceeds the layer's time: its costs are too high for this workload, and a zero there says
+      nothing of the uninstrumented time.
+
+    Within an operation's layer, CPU-only rows give first, then the rows that overlap the GPU:
+    GPU time is not inflated by profiling, so the CPU time the events add shows where the GPU has
+    nothing to do; what the CPU-only rows cannot give comes from the same layer's time beside the
+    GPU, which the same events inflate too. It never moves to another layer or operation, whose
+    time those events did not inflate: where the whole layer runs out, the rest is ``excess_ns``.
+    Where a row is reached by two removals (events, then start-up), their intervals add up: a
+    bound.
 
     ``speed``: the trace's machine speed relative to the calibration's (``speed_factor``); it
     scales the costs of the CPU-side events (annotations, intercepted calls).
     ``startup_process``: the process whose start-up the calibration's start-up cost is removed
     from (``applied_startup_ns``): from its main thread's Python time outside operations, where
-    imports run, largest row first."""
+    imports run, largest row first.
+
+    Example rows (one operation with 2 annotations at 100 ± 10 ns, 4 intercepted calls at
+    1000 ± 100 ns and 2 CUDA API calls at 3600 ± 400 ns, the errors taken as adding up)::
+
+        resources      time_ns corrected_ns corrected_low_ns corrected_high_ns uncertainty_ns excess_ns
+        Python          10000         5800             5380              6220            420         0
+        CUDA API         4000            0                0                 0            800       200
+        CUDA API+GPU     3000            0                0               600              0         0
+        GPU              7000         7000             7000              7000              0         0
+
+    (7200 ± 800 ns from 7000 ns of CUDA API time: a zero, yet up to 600 ns may be left; had the
+    low end of the removal, 6400 ns, exceeded the 7000 ns, both rows would carry
+    ``OVERCORRECTED``.)
+    """
     out = breakdown.copy()
     out["corrected_ns"] = out["time_ns"].astype(np.float64)
     out.loc[out["cpu"] == PROFILER_LAYER, "corrected_ns"] = 0.0  # measured, not estimated
+    out["corrected_low_ns"] = out["corrected_ns"]
+    out["corrected_high_ns"] = out["corrected_ns"]
+    out["uncertainty_ns"] = 0.0
+    out["excess_ns"] = 0.0
+    if CAVEAT not in out:
+        out[CAVEAT] = ""
     keys = ["process", "thread", "phase", "operation"]
     counts = transitions.set_index(keys + ["transition"])["count"] if not transitions.empty else None
-    out["uncertainty_ns"] = 0.0
     costs = applied_costs(calibration.costs_ns, speed)
     # (operation key, layer) -> ns removed, and per event its count x half-width
     removals: dict[tuple[Any, str], tuple[float, dict[str, float]]] = {}
@@ -121,19 +162,33 @@ def correct_breakdown(breakdown: pd.DataFrame, transitions: pd.DataFrame, calibr
                  & (out["cpu"] == "Python"))
         _take(out, list(out.loc[match, "corrected_ns"].sort_values(ascending=False).index), remove, half)
     out["overhead_ns"] = out["time_ns"] - out["corrected_ns"]
-    out["corrected_ns"] = out["corrected_ns"].round().astype(np.int64)
-    out["uncertainty_ns"] = out["uncertainty_ns"].round().astype(np.int64)
+    for column in ("corrected_ns", "corrected_low_ns", "corrected_high_ns", "uncertainty_ns", "excess_ns"):
+        out[column] = out[column].round().astype(np.int64)
     return out
 
 
 def _take(out: pd.DataFrame, rows: list[Any], remove: float, half: float) -> None:
-    """Remove ``remove`` ns from ``rows`` of ``out``'s ``corrected_ns`` in order, none below zero;
-    the first row carries the removal's uncertainty ``half``."""
-    if rows:
-        out.at[rows[0], "uncertainty_ns"] += half
+    """Remove ``remove`` ns, give or take ``half``, from ``rows`` of ``out`` in order: the point
+    from ``corrected_ns``, ``remove + half`` from ``corrected_low_ns`` and ``remove - half`` from
+    ``corrected_high_ns`` (each row's bounds are its value at either end of the removal); the
+    first row carries ``half`` and what the point could not take. Rows the low end alone
+    overdraws get the ``OVERCORRECTED`` caveat."""
+    if not rows:
+        return
+    out.at[rows[0], "uncertainty_ns"] += half
+    out.at[rows[0], "excess_ns"] += _take_in_order(out, rows, "corrected_ns", remove)
+    _take_in_order(out, rows, "corrected_low_ns", remove + half)
+    if _take_in_order(out, rows, "corrected_high_ns", max(remove - half, 0.0)) >= 1.0:  # 1 ns: not rounding
+        add_caveat(out, OVERCORRECTED, out.index.isin(rows))
+
+
+def _take_in_order(out: pd.DataFrame, rows: list[Any], column: str, remove: float) -> float:
+    """Take ``remove`` ns from ``column`` of ``rows`` in order, none below zero; returns what
+    the rows could not give."""
     for idx in rows:
-        taken = min(out.at[idx, "corrected_ns"], remove)
-        out.at[idx, "corrected_ns"] -= taken
+        taken = min(out.at[idx, column], remove)
+        out.at[idx, column] -= taken
         remove -= taken
         if remove <= 0:
-            break
+            return 0.0
+    return remove
