@@ -133,3 +133,41 @@ def test_a_crash_inside_sb3_fails_its_run_and_the_sweep_goes_on(tmp_path, cli_en
     assert "algorithm-td3" in done.stderr and "log.txt" in done.stderr
     results = pd.read_csv(tmp_path / "out" / "algorithm_choice" / "results.csv")
     assert results.groupby("algorithm")["status"].first().to_dict() == {"ppo": "ok"}  # td3 finished nothing
+
+
+def test_corrected_training_rows_carry_the_corrections_interval_and_the_figures_draw_it():
+    from matplotlib.container import ErrorbarContainer
+
+    from experiments.casestudies.profiled import training_rows
+    from rlscope.analyze.caveats import OVERCORRECTED
+    from rlscope.plot.breakdown import INTERVAL_LABEL
+    from rlscope.plot.casestudies import casestudy_breakdown, casestudy_time
+
+    key = dict(process="t[1]", thread="main", phase="data_collection", gpu=False)
+    breakdown = pd.DataFrame([
+        {**key, "operation": "inference", "cpu": "Python", "time_s": 4.0, "corrected_ns": 3e9,
+         "corrected_low_ns": 2.5e9, "corrected_high_ns": 3.5e9, "caveat": ""},
+        {**key, "operation": "inference", "cpu": "Backend", "time_s": 2.0, "corrected_ns": 2e9,
+         "corrected_low_ns": 2e9, "corrected_high_ns": 2e9, "caveat": ""},
+        {**key, "operation": "simulation", "cpu": "Simulator", "time_s": 1.0, "corrected_ns": 0,
+         "corrected_low_ns": 0, "corrected_high_ns": 0, "caveat": OVERCORRECTED},
+    ])
+    transitions = pd.DataFrame([{"process": "t[1]", "thread": "main", "phase": "data_collection",
+                                 "operation": "simulation", "transition": "Python->Simulator", "count": 8,
+                                 "iterations": 2}])
+    result = training_rows(breakdown, transitions, corrected=True)
+    rows = pd.DataFrame(result["rows"])
+    rows = rows[rows["table"] == "breakdown"].set_index("layer")
+    assert rows.loc["Python", ["corrected_low_seconds", "corrected_seconds", "corrected_high_seconds"]].tolist() == [
+        2.5, 3.0, 3.5]
+    # Python's share at its ends against Backend's 2 s: 2.5 / 4.5 and 3.5 / 5.5
+    assert rows.loc["Python", ["corrected_low_share", "corrected_share", "corrected_high_share"]].tolist() == \
+        pytest.approx([2.5 / 4.5, 3 / 5, 3.5 / 5.5])
+    assert rows.loc["Simulator", "caveat"] == OVERCORRECTED and rows.loc["Python", "caveat"] == ""
+    results = rows.reset_index().assign(status="ok", reason="", run_id="r", algorithm="ppo", iterations=2)
+    meta = {"scale": "quick", "grid": {"algorithm": ["ppo"]}}
+    # shares: Python's and, moved by it, Backend's; times: Python's alone (the others' bounds are one value)
+    for figure, drawn in ((casestudy_breakdown(results, meta), 2), (casestudy_time(results, meta), 1)):
+        whiskers = [c for ax in figure.axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
+        assert len(whiskers) == drawn
+        assert INTERVAL_LABEL in [t.get_text() for t in figure.legends[0].get_texts()]

@@ -71,6 +71,11 @@ def test_profiled_collection_with_calibrate_corrects_its_breakdown(tmp_path, mon
     layers = {row["layer"]: row for row in result["rows"] if row["table"] == "breakdown"}
     assert "Python" in layers and all("corrected_seconds_per_iteration" in r for r in layers.values())
     assert sum(r["corrected_share"] for r in layers.values()) == pytest.approx(1.0)
+    for r in layers.values():  # the correction's 95% interval holds the corrected time and share
+        assert 0 <= r["corrected_low_seconds_per_iteration"] <= r["corrected_seconds_per_iteration"] \
+            <= r["corrected_high_seconds_per_iteration"] <= r["seconds_per_iteration"]
+        assert 0 <= r["corrected_low_share"] <= r["corrected_share"] <= r["corrected_high_share"] <= 1
+        assert "caveat" in r
     assert sum(r["corrected_seconds_per_iteration"] for r in layers.values()) == pytest.approx(
         result["corrected_iteration_s"])
     assert result["calibration_uncertainty_pct"] == result["calibration_uncertainty_pct"], _chain(made)  # not NaN
@@ -124,3 +129,35 @@ def test_the_breakdown_figure_says_whether_it_is_corrected():
     assert "corrected for profiling's overhead" in title
     raw = breakdown_vs_fused_steps(rows.drop(columns="corrected_seconds_per_iteration"), {"scale": "quick"})
     assert "as profiled, overhead included" in raw._suptitle.get_text()
+
+
+def test_the_breakdown_figure_draws_the_corrections_interval_and_says_where_it_overcorrects():
+    from matplotlib.container import ErrorbarContainer
+
+    from rlscope.analyze.caveats import OVERCORRECTED
+    from rlscope.plot.breakdown import INTERVAL_LABEL
+    from rlscope.plot.datacollection import breakdown_vs_fused_steps
+
+    def row(k: int, layer: str, s: float, low: float, high: float, caveat: str = "") -> dict:
+        return {"status": "ok", "table": "breakdown", "backend": "jax", "num_envs": 16, "fused_steps": k,
+                "layer": layer, "seconds_per_iteration": s, "corrected_seconds_per_iteration": s / 2,
+                "corrected_low_seconds_per_iteration": low, "corrected_high_seconds_per_iteration": high,
+                "caveat": caveat}
+
+    rows = pd.DataFrame([row(1, "Python", 2e-4, 0.9e-4, 1.1e-4), row(1, "CUDA API", 0.0, 0.0, 2e-5),  # 0, not only 0
+                         row(10, "Python", 2e-4, 0.8e-4, 1.2e-4), row(10, "CUDA API", 0.0, 0.0, 0.0, OVERCORRECTED)])
+    fig = breakdown_vs_fused_steps(rows, {"scale": "quick"})
+    (ax,) = fig.axes
+    whiskers = [c for c in ax.containers if isinstance(c, ErrorbarContainer)]
+    # at K = 1 both layers' shares are uncertain (CUDA API's from 0 up); at K = 10 Python is
+    # 100% whatever its time, CUDA API being 0 at both ends: no whiskers there
+    assert [len(c.lines[2][0].get_segments()) for c in whiskers] == [1, 1]
+    python, cuda = (c.lines[2][0].get_segments()[0][:, 1] for c in whiskers)
+    assert python.tolist() == pytest.approx([100 * 0.9 / 1.1, 100.0])
+    assert cuda.tolist() == pytest.approx([100.0, 100 + 100 * 2 / 11])  # on top of Python's 100%: from 0 to 2/11
+    assert INTERVAL_LABEL in [t.get_text() for t in fig.legends[0].get_texts()]
+    notes = [t.get_text() for t in fig.texts]
+    assert any("removes more than was measured" in t and "jax K=10: CUDA API" in t for t in notes), notes
+    plain = breakdown_vs_fused_steps(rows.drop(columns=["corrected_low_seconds_per_iteration",
+                                                        "corrected_high_seconds_per_iteration"]), {"scale": "quick"})
+    assert not any(isinstance(c, ErrorbarContainer) for c in plain.axes[0].containers)  # older results: no whiskers

@@ -107,10 +107,14 @@ def _learn_seconds(code: int, output: str) -> float:
 
 def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> dict[str, Any]:
     """Rows of the training process's main thread from its first rollout on (its data-collection
-    and training phases): per operation and layer, seconds and share of the training time
-    (``corrected_*`` too where the breakdown was corrected); per operation and
+    and training phases): per operation and layer, seconds and share of the training time and
+    the analysis's ``caveat`` on them (``corrected_seconds``, ``corrected_share`` too where the
+    breakdown was corrected, with their bounds by the correction's 95% interval:
+    ``corrected_{low,high}_seconds``, ``corrected_{low,high}_share``); per operation and
     transition type, the count per iteration (per rollout: ``rlscope.step()`` is called once at
     the start of each). The training process is the one that made the iterations."""
+    from rlscope.analyze.caveats import CAVEAT
+    from rlscope.analyze.shares import share_intervals
     from rlscope.plot.breakdown import stack_label
 
     from rlscope.integrations.sb3 import DATA_COLLECTION, TRAINING
@@ -125,17 +129,21 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
     iterations = int(steps.loc[steps["process"] == process].groupby("phase")["iterations"].max().sum())
     ours = main[main["process"] == process].copy()
     ours["layer"] = [stack_label(c, g) for c, g in zip(ours["cpu"], ours["gpu"])]
-    columns = ["time_s"] + (["corrected_ns"] if corrected else [])
-    per_layer = ours.groupby(["operation", "layer"])[columns].sum()
+    bounds = ["corrected_ns", "corrected_low_ns", "corrected_high_ns"]
+    per_layer = ours.groupby(["operation", "layer"])[["time_s"] + (bounds if corrected else [])].sum()
     total = float(per_layer["time_s"].sum())
     corrected_total = float(per_layer["corrected_ns"].sum()) / 1e9 if corrected else 0.0
+    shares = share_intervals(*(per_layer[c] for c in bounds)) if corrected else ()
     rows: list[dict[str, Any]] = []
     for (operation, layer), values in per_layer.iterrows():
         row = {"table": "breakdown", "operation": operation, "layer": layer, "seconds": float(values["time_s"]),
                "share": float(values["time_s"]) / total}
-        if corrected:
-            row["corrected_seconds"] = float(values["corrected_ns"]) / 1e9
-            row["corrected_share"] = row["corrected_seconds"] / corrected_total if corrected_total else float("nan")
+        for bound, ns, share in zip(("", "low_", "high_"), bounds, shares):
+            row[f"corrected_{bound}seconds"] = float(values[ns]) / 1e9
+            row[f"corrected_{bound}share"] = float(share[(operation, layer)])
+        if CAVEAT in ours:
+            caveats = ours.loc[(ours["operation"] == operation) & (ours["layer"] == layer), CAVEAT]
+            row[CAVEAT] = "; ".join(dict.fromkeys(t for t in caveats if t))
         rows.append(row)
     counted = steps[steps["process"] == process].groupby(["operation", "transition"])["count"].sum()
     for (operation, transition), count in counted.items():

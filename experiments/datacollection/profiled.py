@@ -60,9 +60,15 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
                         device: str = "auto", timeout_s: float = 600, calibrate: bool = False,
                         calibration_seconds: float = CALIBRATION_SECONDS) -> dict[str, Any]:
     """Profile :func:`collect_loop`; rows of the breakdown (seconds and share per layer, per
-    iteration; with ``calibrate`` also corrected for profiling's overhead) and of the
-    transitions (count per iteration)."""
+    iteration, and the analysis's ``caveat`` on that layer's time) and of the transitions (count
+    per iteration). With ``calibrate``, the breakdown rows also hold the times corrected for
+    profiling's overhead, ``corrected_seconds_per_iteration`` and ``corrected_share``, and their
+    bounds by the correction's 95% interval: ``corrected_{low,high}_seconds_per_iteration``
+    (the sums of the rows' ``corrected_{low,high}_ns``) and ``corrected_{low,high}_share``
+    (``rlscope.analyze.shares.share_intervals``)."""
     from experiments.devices import resolve_device
+    from rlscope.analyze.caveats import CAVEAT
+    from rlscope.analyze.shares import share_intervals
     from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
     from rlscope.plot.breakdown import stack_label
@@ -95,13 +101,18 @@ def profiled_collection(backend: str, num_envs: int, fused_steps: int, iteration
          "share": seconds / total if total else float("nan")}
         for layer, seconds in per_layer.items()
     ]
+    for row in rows:  # what the analysis says these times lack (calls 3.11 cannot see, overcorrection)
+        row[CAVEAT] = "; ".join(dict.fromkeys(t for t in ours.loc[ours["layer"] == row["layer"], CAVEAT] if t))
     extra: dict[str, Any] = {}
-    if calibration is not None:  # the same layers with profiling's overhead taken out
-        corrected = ours.groupby("layer")["corrected_ns"].sum() / 1e9
-        corrected_total = float(corrected.sum())
+    if calibration is not None:  # the same layers with profiling's overhead taken out, and its 95% interval
+        corrected = ours.groupby("layer")[["corrected_ns", "corrected_low_ns", "corrected_high_ns"]].sum() / 1e9
+        corrected_total = float(corrected["corrected_ns"].sum())
+        shares = share_intervals(corrected["corrected_ns"], corrected["corrected_low_ns"],
+                                 corrected["corrected_high_ns"])
         for row in rows:
-            row["corrected_seconds_per_iteration"] = corrected[row["layer"]] / iterations
-            row["corrected_share"] = corrected[row["layer"]] / corrected_total if corrected_total else float("nan")
+            for bound, ns, share in zip(("", "low_", "high_"), corrected.columns, shares):
+                row[f"corrected_{bound}seconds_per_iteration"] = corrected.at[row["layer"], ns] / iterations
+                row[f"corrected_{bound}share"] = float(share[row["layer"]])
         extra = {"corrected_iteration_s": corrected_total / iterations,
                  "calibration_uncertainty_pct": (calibration.uncertainty_pct if calibration.uncertainty_pct is not None
                                                  else float("nan"))}

@@ -11,7 +11,8 @@ from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
 
-__all__ = ["time_breakdown", "transition_counts", "stack_label", "stack_layers", "STACK_ORDER", "LAYER_COLORS"]
+__all__ = ["time_breakdown", "transition_counts", "stack_label", "stack_layers", "stack_intervals", "STACK_ORDER",
+           "LAYER_COLORS", "INTERVAL_LABEL"]
 
 # Bottom to top, as in the RL-Scope paper: CPU-only time by layer, then CPU+GPU, then GPU only.
 STACK_ORDER = ("Python", "Simulator", "Backend", "CUDA API", "Profiler", "CPU + GPU", "GPU")
@@ -28,6 +29,32 @@ def stack_layers(ax: Any, table: pd.DataFrame, x: Any) -> np.ndarray:
             ax.bar(x, table[layer], bottom=bottom, label=layer, color=LAYER_COLORS[layer])
             bottom += table[layer].to_numpy()
     return bottom
+
+
+INTERVAL_LABEL = "95% interval of the correction"  # the legend entry of ``stack_intervals``' whiskers
+
+
+def stack_intervals(ax: Any, table: pd.DataFrame, low: pd.DataFrame, high: pd.DataFrame, x: Any) -> None:
+    """Whiskers on the bars ``stack_layers`` drew of ``table`` at ``x``: each layer's segment, from
+    its bottom, as high as ``low`` and as ``high`` (same rows and layers as ``table``) make it.
+    Each layer's whiskers stand a little beside the others', so that thin segments' whiskers do
+    not hide one another; a segment whose bounds are one value gets none."""
+    layers = [layer for layer in STACK_ORDER if layer in table]
+    x = np.asarray(x, dtype=np.float64)
+    bottom = np.zeros(len(table))
+    label = INTERVAL_LABEL
+    for i, layer in enumerate(layers):
+        point = table[layer].to_numpy(dtype=np.float64)
+        lo = low.reindex_like(table)[layer].fillna(0).to_numpy(dtype=np.float64)
+        hi = high.reindex_like(table)[layer].fillna(0).to_numpy(dtype=np.float64)
+        drawn = hi - lo > 0
+        if drawn.any():
+            offset = 0.3 * (i - (len(layers) - 1) / 2) / max(len(layers) - 1, 1)
+            ax.errorbar(x[drawn] + offset, (bottom + point)[drawn],
+                        yerr=[np.clip(point - lo, 0, None)[drawn], np.clip(hi - point, 0, None)[drawn]],
+                        fmt="none", ecolor="black", elinewidth=0.8, capsize=2, label=label)
+            label = "_nolegend_"
+        bottom += point
 
 
 def _ordered(operations: pd.Index) -> list[str]:

@@ -15,7 +15,7 @@ import pandas as pd
 from matplotlib.figure import Figure
 
 from rlscope.analyze.overlap import UNANNOTATED
-from rlscope.plot.breakdown import STACK_ORDER, stack_layers
+from rlscope.plot.breakdown import INTERVAL_LABEL, STACK_ORDER, stack_intervals, stack_layers
 from rlscope.plot.render import note_skipped, shared_legend
 
 __all__ = ["casestudy_breakdown", "casestudy_time", "casestudy_transitions", "survey_columns", "WORKLOAD"]
@@ -73,11 +73,14 @@ def _finish(fig: Figure, results: pd.DataFrame, meta: Mapping[str, Any], title: 
 def casestudy_breakdown(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Per operation (a panel each), per workload (a bar each): the share of the whole training
     time in each layer, stacked (mean over repetitions); corrected for profiling's overhead where
-    the runs were calibrated. Panels add up to 100% per workload."""
+    the runs were calibrated, with whiskers for the correction's 95% interval where the runs give
+    it (``corrected_{low,high}_share``). Panels add up to 100% per workload."""
     results, order, xlabel = _labelled(results, meta)
     ok = _ok(results, "breakdown")
     corrected = _corrected(ok)
-    fig, axes = _stacked_layers(ok, "corrected_share" if corrected else "share", 100.0, order, xlabel, "{:.0f}%")
+    bounds = ("corrected_low_share", "corrected_high_share")
+    fig, axes = _stacked_layers(ok, "corrected_share" if corrected else "share", 100.0, order, xlabel, "{:.0f}%",
+                                bounds=bounds if corrected and _has(ok, bounds) else None)
     axes[0][0].set_ylabel("share of training time (%)")
     what = "corrected for profiling's overhead" if corrected else "as profiled, overhead included"
     return _finish(fig, results, meta, f"Where training time goes, per operation and layer (rlscope), {what}")
@@ -93,8 +96,14 @@ def casestudy_time(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     ok = _ok(results, "breakdown")
     corrected = _corrected(ok)
     ok["per_iteration"] = ok["corrected_seconds" if corrected else "seconds"] / ok["iterations"]
+    bounds = None
+    if corrected and _has(ok, ("corrected_low_seconds", "corrected_high_seconds")):
+        ok["low_per_iteration"] = ok["corrected_low_seconds"] / ok["iterations"]
+        ok["high_per_iteration"] = ok["corrected_high_seconds"] / ok["iterations"]
+        bounds = ("low_per_iteration", "high_per_iteration")
     baseline = "uninstrumented_learn_s" in ok and ok["uninstrumented_learn_s"].notna().any()
-    fig, axes = _stacked_layers(ok, "per_iteration", 1e3, order, xlabel, "{:.2f}", extra_panel=baseline)
+    fig, axes = _stacked_layers(ok, "per_iteration", 1e3, order, xlabel, "{:.2f}", extra_panel=baseline,
+                                bounds=bounds)
     axes[0][1 if baseline else 0].set_ylabel("time per iteration (ms)")
     if baseline:
         _learn_times(axes[0][0], ok, order, xlabel)
@@ -103,22 +112,30 @@ def casestudy_time(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
 
 
 def _corrected(ok: pd.DataFrame) -> bool:
-    return not ok.empty and "corrected_share" in ok and bool(ok["corrected_share"].notna().all())
+    return _has(ok, ("corrected_share",))
+
+
+def _has(ok: pd.DataFrame, columns: tuple[str, ...]) -> bool:
+    return not ok.empty and all(c in ok and bool(ok[c].notna().all()) for c in columns)
 
 
 def _stacked_layers(ok: pd.DataFrame, value: str, scale: float, order: list[str], xlabel: str, fmt: str,
-                    extra_panel: bool = False) -> tuple[Figure, Any]:
+                    extra_panel: bool = False, bounds: tuple[str, str] | None = None) -> tuple[Figure, Any]:
     """A panel per operation, a bar per workload, ``value`` (times ``scale``) stacked by layer,
-    the total written on top; ``extra_panel`` leaves the first panel free."""
+    the total written on top; ``extra_panel`` leaves the first panel free; ``bounds``: the
+    columns of each layer's low and high value, drawn as whiskers (``stack_intervals``)."""
     operations = [o for o in OPERATIONS if o in set(ok["operation"])]
     panels = max(len(operations), 1) + int(extra_panel)
     fig, axes = plt.subplots(1, panels, figsize=(3.2 * panels + 1.8, 4.8), squeeze=False)
     shared = axes[0][int(extra_panel):]
     for ax, operation in zip(shared, operations):
         group = ok[ok["operation"] == operation]
-        table = group.pivot_table(index=WORKLOAD, columns="layer", values=value, aggfunc="mean", fill_value=0)
-        table = table.groupby(level=0).sum().reindex(order, fill_value=0) * scale
+        tables = [group.pivot_table(index=WORKLOAD, columns="layer", values=v, aggfunc="mean", fill_value=0)
+                  .groupby(level=0).sum().reindex(order, fill_value=0) * scale for v in (value, *(bounds or ()))]
+        table = tables[0]
         bottom = stack_layers(ax, table, np.arange(len(order)))
+        if bounds:
+            stack_intervals(ax, table, tables[1], tables[2], np.arange(len(order)))
         for x, height in enumerate(bottom):
             ax.text(x, height, fmt.format(height), ha="center", va="bottom", fontsize=7)
         ax.set_title(operation if operation != UNANNOTATED else "outside operations", fontsize=9)
@@ -127,7 +144,7 @@ def _stacked_layers(ok: pd.DataFrame, value: str, scale: float, order: list[str]
     top = max((ax.get_ylim()[1] for ax in shared), default=1)
     for ax in shared:
         ax.set_ylim(0, top)
-    shared_legend(fig, shared, "resources in use", STACK_ORDER)
+    shared_legend(fig, shared, "resources in use", STACK_ORDER + (INTERVAL_LABEL,))
     return fig, axes
 
 

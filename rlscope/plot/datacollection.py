@@ -8,11 +8,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import matplotlib.pyplot as plt
+import numpy as np
 import pandas as pd
 import seaborn as sns
 from matplotlib.figure import Figure
 
-from rlscope.plot.breakdown import stack_layers
+from rlscope.analyze.caveats import CAVEAT, OVERCORRECTED
+from rlscope.analyze.shares import share_intervals
+from rlscope.plot.breakdown import INTERVAL_LABEL, STACK_ORDER, stack_intervals, stack_layers
 from rlscope.plot.render import note_skipped
 from rlscope.plot.throughput import backend_label, backend_palette
 
@@ -31,35 +34,66 @@ def _subtitle(meta: Mapping[str, Any], ok: pd.DataFrame) -> str:
 
 def breakdown_vs_fused_steps(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Fig. 5: share of each iteration's time per layer (stacked to 100%) against K; corrected for
-    profiling's overhead where the runs were calibrated (``calibrate: true``)."""
+    profiling's overhead where the runs were calibrated (``calibrate: true``), with whiskers over
+    each layer's share where the runs give the correction's 95% interval
+    (``corrected_{low,high}_seconds_per_iteration``), and a note where a calibration removed more
+    of a layer than was measured (the rows' ``caveat``)."""
     ok = _ok(results)
     ok = ok[ok["table"] == "breakdown"]
     corrected = "corrected_seconds_per_iteration" in ok and ok["corrected_seconds_per_iteration"].notna().all()
     column = "corrected_seconds_per_iteration" if corrected else "seconds_per_iteration"
+    bounds = ["corrected_low_seconds_per_iteration", "corrected_high_seconds_per_iteration"]
+    intervals = corrected and all(c in ok and ok[c].notna().all() for c in bounds)
     panels = list(ok.groupby("backend", sort=True))
     fig, axes = plt.subplots(1, len(panels), figsize=(max(6.5, 5.5 * len(panels)), 4.6), squeeze=False)
     for ax, (backend, group) in zip(axes[0], panels):
         table = group.pivot_table(index="fused_steps", columns="layer", values=column,
                                   aggfunc="mean", fill_value=0).sort_index()
         shares = table.div(table.sum(axis=1), axis=0) * 100
-        labels = [str(k) for k in shares.index]
-        stack_layers(ax, shares, labels)
+        x = np.arange(len(shares))
+        stack_layers(ax, shares, x)
+        if intervals:
+            low, high = (group.pivot_table(index="fused_steps", columns="layer", values=c, aggfunc="mean",
+                                           fill_value=0).reindex_like(table) for c in bounds)
+            _, low_share, high_share = share_intervals(table, low, high)
+            stack_intervals(ax, shares, low_share * 100, high_share * 100, x)
         per_step = table.sum(axis=1) / table.index.to_numpy()
-        for x, seconds in enumerate(per_step):
-            ax.text(x, 101, f"{seconds * 1e6:.0f} µs/step", ha="center", va="bottom", fontsize=7, rotation=90)
+        for i, seconds in enumerate(per_step):
+            ax.text(i, 101, f"{seconds * 1e6:.0f} µs/step", ha="center", va="bottom", fontsize=7, rotation=90)
         n = int(group["num_envs"].iloc[0])
         ax.set_title(f"{backend_label({'backend': backend})}, N = {n}", fontsize=9)
+        ax.set_xticks(x, [str(k) for k in shares.index])
         ax.set_xlabel("steps per Python→backend call K")
         ax.set_ylabel("share of data-collection time (%)")
         ax.set_ylim(0, 135)
-    handles, labels = axes[0][0].get_legend_handles_labels()
-    fig.legend(handles, labels, title="resources in use", loc="upper right", fontsize=8, title_fontsize=8)
+    handles: dict[str, Any] = {}
+    for ax in axes[0]:
+        for handle, label in zip(*ax.get_legend_handles_labels()):
+            handles.setdefault(label, handle)
+    labels = [label for label in STACK_ORDER + (INTERVAL_LABEL,) if label in handles]
+    fig.legend([handles[label] for label in labels], labels, title="resources in use", loc="upper left",
+               bbox_to_anchor=(0.86, 0.86), fontsize=8, title_fontsize=8)  # beside the panels, below the title
     what = "corrected for profiling's overhead" if corrected else "as profiled, overhead included"
     fig.suptitle(f"Data-collection time breakdown (rlscope) vs steps per call\n{what}; "
                  + _subtitle(meta, _ok(results)), fontsize=10)
+    overcorrected = _overcorrected(ok) if corrected else ""
+    if overcorrected:
+        below = -0.08 if (results["status"] == "skipped").any() else -0.02  # under note_skipped's line
+        fig.text(0.01, below, f"Calibration removes more than was measured, beyond its 95% interval (cost "
+                 f"overestimated for this workload; drawn as 0): {overcorrected}", fontsize=7, va="top", wrap=True)
     note_skipped(fig, results, "backend")
     fig.tight_layout(rect=(0, 0, 0.86, 1))
     return fig
+
+
+def _overcorrected(ok: pd.DataFrame) -> str:
+    """The layers (per backend and K) whose rows carry ``OVERCORRECTED``, as "jax K=1: CUDA API"."""
+    if CAVEAT not in ok:
+        return ""
+    caveats = ok[CAVEAT].map(lambda value: value if isinstance(value, str) else "")  # read back as NaN where empty
+    hit = ok[caveats.str.contains(OVERCORRECTED, regex=False)]
+    return "; ".join(f"{backend} K={k}: {', '.join(sorted(set(g['layer'])))}"
+                     for (backend, k), g in hit.groupby(["backend", "fused_steps"]))
 
 
 def transitions_vs_fused_steps(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
