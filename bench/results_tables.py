@@ -141,18 +141,23 @@ def framework_breakdown() -> str:
             layer_ms = [back.loc[back["layer"].isin(layers), "seconds"].sum() / iterations * 1e3
                         for layers in (["Python"], ["Backend"], ["CUDA API"], ["CPU + GPU", "GPU"])]
             moves = transitions[(transitions["algorithm"] == algorithm) & (transitions["framework"] == framework)]
-
-            def count(operation: str, kind: str) -> str:
-                picked = moves[(moves["operation"] == operation) & (moves["transition"] == kind)]
-                return f"{picked['per_iteration'].sum():.0f}"
-
+            count = _counter(moves)
             out.append([f"{algorithm.upper()} / {name}", f"{ms:.2f}",
                         f"{back['seconds'].sum() / iterations * 1e3:.2f} ({' / '.join(f'{v:.2f}' for v in layer_ms)})",
                         count("backpropagation", "Python->Backend"), count("backpropagation", "Backend->CUDA"),
                         count("backpropagation", "GPU kernels"), count("inference", "Python->Backend")])
-    return _table(["algorithm / framework", "ms per iteration", "backpropagation ms (Python / Backend / CUDA API / GPU)",
+    return _table(["algorithm / framework", "ms per iteration",
+                   "backpropagation ms (Python / Backend / CUDA API / GPU)",
                    "backprop Python->Backend", "backprop Backend->CUDA", "backprop kernels",
                    "inference Python->Backend"], out)
+
+
+def _counter(moves: pd.DataFrame) -> Callable[[str, str], str]:
+    """Transitions of one kind in one operation, per iteration, from a run's transitions rows."""
+    def count(operation: str, kind: str) -> str:
+        picked = moves[(moves["operation"] == operation) & (moves["transition"] == kind)]
+        return f"{picked['per_iteration'].sum():.0f}"
+    return count
 
 
 def scale_up() -> str:
@@ -166,7 +171,8 @@ def scale_up() -> str:
         smi, bound = mine["nvidia-smi utilization.gpu"], mine["GPU-bound (kernels+copies)"]
         first = gpu[gpu["workers"] == workers].iloc[0]
         out.append([f"{workers:d}", f"{smi:.1f}%", f"{mine['SM utilisation (GPM)']:.1f}%", f"{bound:.1f}%",
-                    f"{smi / bound:.1f}x", f"{first['worker_steps_per_s']:,.0f}", f"{first['learner_updates_per_s']:.0f}"])
+                    f"{smi / bound:.1f}x", f"{first['worker_steps_per_s']:,.0f}",
+                    f"{first['learner_updates_per_s']:.0f}"])
     return _table(["M actors", "nvidia-smi utilization.gpu", "GPM SM utilisation",
                    "true GPU-bound (union of all processes' kernels and copies)", "nvidia-smi / true",
                    "actors' steps/s (all)", "learner updates/s"], out)

@@ -11,7 +11,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO / "bench"))
 
 import reliability_page  # noqa: E402
-import results_tables  # noqa: E402,F401
+import results_tables  # noqa: E402
 
 
 def test_the_reliability_page_is_generated_from_its_data() -> None:
@@ -54,7 +54,5 @@ def test_every_difference_from_the_papers_has_a_measured_explanation() -> None:
 
 
 def test_the_generated_tables_are_what_their_data_gives() -> None:
-    import results_tables
-
     assert results_tables.pages(), "no page marks a generated table"
     assert results_tables.main(["--check"]) == 0, "run: python bench/results_tables.py"

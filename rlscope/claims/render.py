@@ -90,7 +90,8 @@ def as_markdown(results: Sequence[ClaimResult], output_dir: Path, page_dir: Path
         mine = [r for r in results if r.claim.paper == paper]
         if not mine:
             continue
-        out += [f"**{title}**", "", "| claim | paper | ours | verdict | why (evidence) |", "| --- | --- | --- | --- | --- |"]
+        out += [f"**{title}**", "", "| claim | paper | ours | verdict | why (evidence) |",
+                "| --- | --- | --- | --- | --- |"]
         for r in mine:
             links = ", ".join(f"[{name}]({_link(output_dir / name / 'results.csv', page_dir)})" for name in r.evidence)
             verdict = f"**{r.verdict}**" if r.verdict != "reproduced" else r.verdict

@@ -80,14 +80,14 @@ def judge(value: float, claim: Claim) -> tuple[str, str]:
         if low <= value <= high:
             return REPRODUCED, f"{how} the paper's {format_value(target, unit)}"
         miss = f"outside {format_value(low, unit)}–{format_value(high, unit)} ({how} the paper's)"
-    elif expect.at_least is not None:
-        if value >= target:
-            return REPRODUCED, f"at least the paper's {format_value(target, unit)}"
-        miss = f"below the paper's bound {format_value(target, unit)}"
     else:
-        if value <= target:
-            return REPRODUCED, f"at most the paper's {format_value(target, unit)}"
-        miss = f"above the paper's bound {format_value(target, unit)}"
+        # a bound the paper states, or, where it gives no number, the one the claim holds ours to
+        whose = ("the paper's bound" if claim.paper_value is not None
+                 else "the bound held to (the paper gives no number)")
+        above = expect.at_least is not None
+        if (value >= target) if above else (value <= target):
+            return REPRODUCED, f"{'at least' if above else 'at most'} {whose}, {format_value(target, unit)}"
+        miss = f"{'below' if above else 'above'} {whose}, {format_value(target, unit)}"
     reference = claim.reference()
     if reference is None:
         return DIFFERENT, miss
