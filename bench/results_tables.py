@@ -10,12 +10,14 @@ table is never typed, and a new run of an experiment updates its page by running
 from __future__ import annotations
 
 import argparse
+import json
 import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 import pandas as pd
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
@@ -178,10 +180,95 @@ def scale_up() -> str:
                    "actors' steps/s (all)", "learner updates/s"], out)
 
 
+# -- Optimizing Data Collection in Deep RL ----------------------------------------------------
+
+DATACOLLECTION = RESULTS / "datacollection"
+_COMPARE_LABELS = {
+    "cuda fused (fast math)": "CUDA fused, hardware sin/cos/rcp (`precise=False`)",
+    "cuda fused (precise)": "CUDA fused, precise (default; polynomial sin/cos, IEEE division)",
+    "cuda unfused K=1 (precise)": "CUDA unfused, K = 1 launches",
+    "jax lax.scan": "JAX `lax.scan` of K steps, one jitted call",
+    "torch CUDA graph": "PyTorch, K steps captured in a CUDA graph",
+    "torch eager": "PyTorch eager",
+    "gymnasium CartPoleVectorEnv": "gymnasium `CartPoleVectorEnv` (NumPy)",
+    "gymnasium single": "gymnasium, one env",
+}
+FUSED_TARGET = 5e11  # env-steps/s the fused kernel is asked for at N = 2^22, K = 1000
+
+
+def _jsonl(path: Path) -> list[dict[str, Any]]:
+    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
+
+
+def _n(value: float) -> str:
+    """A number of environments: 2^k where it is a power of two above 1."""
+    exponent = np.log2(value)
+    return f"2^{int(exponent)}" if value > 1 and float(exponent).is_integer() else f"{value:g}"
+
+
+def _sci(value: float) -> str:
+    """Three significant digits, exponents written short: 5.77e11, 1.05e5, 19."""
+    return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m[1] == '-' else ''}{m[2]}", f"{value:.3g}")
+
+
+def fused_compare() -> str:
+    """``bench/datacollection.py compare``: median env-steps/s per implementation, the fused
+    kernel's over each, and whether the fused kernel meets its target."""
+    rows = [r for r in _jsonl(DATACOLLECTION / "compare_h100.jsonl") if "backend" in r]
+    out = []
+    for row in sorted(rows, key=lambda r: -r["steps_per_s"]):
+        rate = _sci(row['steps_per_s'])
+        if row["backend"].startswith("cuda fused"):
+            met = row["steps_per_s"] >= FUSED_TARGET
+            rate = f"**{rate}** (target ≥ {_sci(FUSED_TARGET)}: **met**)" if met else f"{rate} (target: missed)"
+        label = _COMPARE_LABELS.get(row["backend"], row["backend"])
+        out.append([f"{label}, N = {_n(row['num_envs'])}", rate, _sci(row['fused_over_this'])])
+    return _table(["implementation", "env-steps/s", "fused (precise) over this"], out)
+
+
+def fused_roofline() -> str:
+    """Nsight Compute's counts per env-step against the FP32 and issue rooflines."""
+    labels = {"fused": "fused, precise", "fused-fast": "fused, hardware math", "unfused": "unfused (K = 1)"}
+    out = []
+    for row in _jsonl(DATACOLLECTION / "roofline_h100.jsonl"):
+        fused = row["kernel"] != "unfused"
+        out.append([labels.get(row["kernel"], row["kernel"]), _sci(row['fp32_inst_per_step']),
+                    _sci(row['thread_inst_per_step']), _sci(row['warp_inst_per_step_x32']),
+                    _sci(row['fp32_roofline_steps_per_s']) if fused else "—",
+                    _sci(row['issue_roofline_steps_per_s']) if fused else "—",
+                    _sci(row['measured_steps_per_s']),
+                    f"{row['fraction_of_fp32_roofline']:.0%}" if fused else "—",
+                    f"**{row['fraction_of_issue_roofline']:.0%}**" if fused else "—"])
+    return _table(["kernel", "FP32 inst / step", "thread inst / step", "issued lane-slots / step", "FP32 roofline",
+                   "issue roofline", "measured", "of FP32 roof", "of issue roof"], out)
+
+
+_FUSED_CONFIGS = {"fused fp16": "fused fp16", "fused fp16 + trajectory": "fused fp16 + trajectory (T = 128)",
+                  "fused fp32": "fused fp32", "jax scan": "JAX `lax.scan`", "torch graph": "PyTorch CUDA graph",
+                  "cuda sim + torch policy": "CUDA sim + PyTorch policy"}
+_UNFUSED = ("jax scan", "torch graph", "cuda sim + torch policy")
+
+
+def fused_inference() -> str:
+    """``bench/fused_inference.py``: median samples/s over rounds per N and configuration, and the
+    fp16 kernel's (with and without a trajectory) over the best unfused way at that N."""
+    data = pd.read_csv(DATACOLLECTION / "fused_inference_bench_h100.csv")
+    median = data.groupby(["num_envs", "config"])["samples_per_s"].median().unstack()
+    out = []
+    for n, row in median.iterrows():
+        best = row[list(_UNFUSED)].max()
+        fp16 = row["fused fp16"] / best
+        out.append([_n(n), *(_sci(row[c]) for c in _FUSED_CONFIGS),
+                    f"**{fp16:.3g}x**" if n >= 2 ** 16 else f"{fp16:.3g}x",
+                    f"{row['fused fp16 + trajectory'] / best:.3g}x"])
+    return _table(["N", *_FUSED_CONFIGS.values(), "fp16 / best unfused", "trajectory / best unfused"], out)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "algorithm_choice": algorithm_choice, "algorithm_choice_transitions": algorithm_choice_transitions,
     "simulator_choice": simulator_choice, "simulator_choice_transitions": simulator_choice_transitions,
     "framework_speed": framework_speed, "framework_breakdown": framework_breakdown, "scale_up": scale_up,
+    "fused_compare": fused_compare, "fused_roofline": fused_roofline, "fused_inference": fused_inference,
 }
 
 
