@@ -15,7 +15,7 @@ import pandas as pd
 import pytest
 
 from rlscope.harness.executors import LocalExecutor
-from rlscope.files import write_atomic
+from rlscope.files import read_json, write_atomic
 from rlscope.harness.manifest import load_manifest
 from rlscope.harness import runner
 from rlscope.harness.runner import run_sweep
@@ -110,7 +110,9 @@ def test_failing_run_in_the_middle_does_not_stop_the_sweep(tmp_path: Path) -> No
     assert "Traceback" in failure.log.read_text()
     assert not (failure.run_dir / "DONE").exists()
     frame = pd.read_csv(out / "toy" / "results.csv")
-    assert sorted(frame["x"].unique()) == [1, 3]
+    assert sorted(frame.loc[frame["status"] == "ok", "x"].unique()) == [1, 3]
+    failed = frame[frame["status"] == "failed"]  # the failed run is a row saying why, with no measurement
+    assert list(failed["x"]) == [2] and "toy failure for x=2" in failed["reason"].iloc[0]
     # Resuming re-runs only the failed run.
     resumed = sweep(manifest(tmp_path, params="{fail_on: 99}"), out)
     assert sum(o.status == "ok" for o in resumed.outcomes) == 3  # params changed: all rerun
@@ -176,13 +178,15 @@ def test_a_run_failing_in_a_later_repetition_keeps_the_earlier_ones(tmp_path: Pa
     assert pd.read_csv(out / "toy" / "results.csv")["status"].tolist() == ["skipped"]
 
 
-def test_killed_run_leaves_no_done_and_no_result(tmp_path: Path) -> None:
+def test_killed_run_leaves_no_done_and_a_result_saying_why(tmp_path: Path) -> None:
     out = tmp_path / "out"
     summary = sweep(manifest(tmp_path, params="{crash_on: 3}"), out)
     run_dir = out / "toy" / "runs" / "x-3"
     assert summary.outcomes[-1].status == "failed"
     assert "exit code -9" in summary.outcomes[-1].message
-    assert not (run_dir / "DONE").exists() and not (run_dir / "result.json").exists()
+    assert not (run_dir / "DONE").exists()
+    assert read_json(run_dir / "result.json") == {"status": "failed", "reason": summary.outcomes[-1].message,
+                                                 "repetitions": []}
 
 
 def test_stale_done_is_removed_before_a_rerun(tmp_path: Path) -> None:

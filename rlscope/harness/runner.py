@@ -244,8 +244,12 @@ class _Launcher:
         # result.json is there if the worker got past its last repetition but then did not exit cleanly.
         saved = read_json(run_dir / "result.json") or read_json(run_dir / PARTIAL_FILE) or {}
         finished = saved.get("repetitions") or []
-        if finished:
+        # Written even with no repetition finished (but not for a run the user interrupted), so
+        # results.csv has a row saying why it failed (out of GPU memory, killed at the timeout): a
+        # claim over the grid can tell a point that was not run from one that cannot run here.
+        if finished or not self.stopping:
             write_json_atomic(run_dir / "result.json", {"status": status, "reason": reason, "repetitions": finished})
+        if finished:
             reason += (f"; the {len(finished)} of {self._manifest(run).repetitions} repetitions it finished "
                        f"are in results.csv as {status}")
         return RunOutcome(run.point.run_id, run_dir, status, seconds, reason)
