@@ -264,11 +264,49 @@ def fused_inference() -> str:
     return _table(["N", *_FUSED_CONFIGS.values(), "fp16 / best unfused", "trajectory / best unfused"], out)
 
 
+_FIGURES = [("Fig. 4", "throughput_vs_envs", "gpu_vectorization"),
+            ("Fig. 5", "breakdown_vs_fused_steps", "xla_breakdown"),
+            ("Fig. 6", "transitions_vs_fused_steps", "transitions"),
+            ("Fig. 8", "fusion_throughput", "kernel_fusion"),
+            ("Fig. 9", "fusion_speedup_grid", "simulator_complexity"),
+            ("Fig. 2", "simulator_comparison", "simulator_comparison")]
+
+
+def figure_runs() -> str:
+    """Per figure, the runs behind it: how many finished, how the others ended, the seconds the
+    runs took, and the sessions (day and machine) they come from (``h100/README.md``)."""
+    out = []
+    for figure, name, experiment in _FIGURES:
+        data = pd.read_csv(H100 / experiment / "results.csv")
+        runs = data.drop_duplicates(["run_id", "repetition"]) if "repetition" in data else data
+        ok = runs[runs["status"] == "ok"]
+        others = runs.loc[runs["status"] != "ok", "status"].value_counts()
+        ended = ", ".join(f"{n} {status}" for status, n in others.items())
+        seconds = f"{runs['run_seconds'].sum():,.0f}" if "run_seconds" in runs else "—"
+        sessions = "; ".join(_in_order(data["session"])) if "session" in data else "one (`h100/README.md`)"
+        out.append([figure, f"`{name}`", f"[`{experiment}`](h100/{experiment}/results.csv)",
+                    f"{len(ok)} of {len(runs)}" + (f" ({ended})" if ended else ""), seconds, sessions])
+    return _table(["figure", "figure file", "results", "runs x repetitions finished", "seconds of runs",
+                   "sessions"], out)
+
+
+def brax_throughput() -> str:
+    """Fig. 2: env-steps/s of CartPole and the brax environments on MJX (K = 10), median of
+    repetitions, per N, and CartPole over ant."""
+    data = _ok("simulator_comparison")
+    mjx = data[(data["environment"] == "cartpole") | (data["brax_backend"] == "mjx")]
+    median = mjx.groupby(["num_envs", "environment"])["steps_per_s"].median().unstack()
+    out = [[f"{n:,}", *(_sci(row[e]) for e in ("cartpole", "ant", "humanoid")), f"{row['cartpole'] / row['ant']:,.0f}"]
+           for n, row in median.iterrows()]
+    return _table(["N", "cartpole", "ant", "humanoid", "cartpole / ant"], out)
+
+
 TABLES: dict[str, Callable[[], str]] = {
     "algorithm_choice": algorithm_choice, "algorithm_choice_transitions": algorithm_choice_transitions,
     "simulator_choice": simulator_choice, "simulator_choice_transitions": simulator_choice_transitions,
     "framework_speed": framework_speed, "framework_breakdown": framework_breakdown, "scale_up": scale_up,
     "fused_compare": fused_compare, "fused_roofline": fused_roofline, "fused_inference": fused_inference,
+    "figure_runs": figure_runs, "brax_throughput": brax_throughput,
 }
 
 

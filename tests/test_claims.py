@@ -282,3 +282,20 @@ def test_absolute_takes_an_errors_size_whatever_its_sign():
              "of": {"metric": "error_pct", "absolute": True}}
     [result] = evaluate([("oc", _claim(query=query, unit="count", expect={"at_most": 5}))], _results(oc=errors))
     assert result.verdict == DIFFERENT and result.ours.value == 6.0
+
+
+def test_runs_of_different_sessions_are_never_compared():
+    table = _throughput()
+    table["session"] = "a"
+    later = table[table["backend"] == "jax"].assign(session="b", samples_per_s=lambda f: f["samples_per_s"] * 10)
+    both = pd.concat([table, later], ignore_index=True)
+    [result] = evaluate([("vec", _claim(query=RATIO_AT_4, expect={"about": 90}))], _results(vec=both))
+    assert result.verdict == REPRODUCED and result.ours.high == 100.0  # session b's jax never meets a's gym
+    apart = pd.concat([table[table["backend"] == "gym"], later], ignore_index=True)
+    [result] = evaluate([("vec", _claim(query=RATIO_AT_4, expect={"about": 90}))], _results(vec=apart))
+    assert result.verdict == NOT_RUN and "measured apart" in result.reason
+    plateau = {"kind": "plateau", "of": {"where": {"backend": "gym"}, "metric": "samples_per_s"}, "along": "num_envs"}
+    stub = table[(table["backend"] == "gym") & (table["num_envs"] >= 256)].assign(session="b")
+    [result] = evaluate([("vec", _claim(query=plateau, unit="N", expect={"about": 16, "factor": 2}))],
+                        _results(vec=pd.concat([table, stub], ignore_index=True)))
+    assert result.ours.value == 16  # the session that ran the whole curve, not b's two points

@@ -4,6 +4,10 @@ Every number is computed per repetition (results' ``repetition`` column) and per
 query's ``across`` column; what is reported is the median over ``across`` of the median over
 repetitions, and the spread is the smallest and largest of all of them. Only rows whose status
 is ok count: a run that failed or ran out of memory is not a measurement.
+
+A table that holds runs of several sessions (a ``session`` column: another day or machine) is
+never compared across them: a ratio takes both sides from the sessions they share (none shared
+is "not run"), and a plateau reads the curve of the session that ran most of it.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ __all__ = ["Measured", "Missing", "Results", "measure"]
 # experiment name -> its results table, or None where that experiment has not run
 Results = Callable[[str], "pd.DataFrame | None"]
 _REP = "repetition"
+_SESSION = "session"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -57,7 +62,8 @@ def measure(query: Any, own: str, results: Results) -> Measured | Missing:
             return den
         values = _ratio(num, den, free)
         if values.empty:
-            return Missing(f"numerator and denominator share no {query.across} value")
+            shared = f"{query.across} value or " if query.across else ""
+            return Missing(f"numerator and denominator share no {shared}session (they were measured apart)")
         return _summary(values, free, query.across_reduce)
     if isinstance(query, ValueQuery):
         side = _side(query.of, own, results, free)
@@ -134,7 +140,7 @@ def _side(rows: Rows, own: str, results: Results, free: list[str]) -> pd.DataFra
         if column not in ok.columns:
             raise ClaimError(f"{rows.experiment or own}'s results have no column {column!r} (a claim's query "
                              f"goes across or along it)")
-    keys = ([_REP] if _REP in ok.columns else []) + free
+    keys = [c for c in (_SESSION, _REP) if c in ok.columns] + free
     values = pd.to_numeric(ok[rows.metric], errors="coerce")
     if rows.divide_by:
         values = values / pd.to_numeric(ok[rows.divide_by], errors="coerce")
@@ -162,9 +168,15 @@ def _side(rows: Rows, own: str, results: Results, free: list[str]) -> pd.DataFra
 def _ratio(num: pd.DataFrame, den: pd.DataFrame, free: list[str]) -> pd.DataFrame:
     """numerator/denominator per repetition where both sides ran the same repetitions, else of
     the medians over repetitions (two experiments' repetitions are not paired)."""
+    if _SESSION in num.columns and _SESSION in den.columns:
+        shared = set(num[_SESSION]) & set(den[_SESSION])
+        num, den = num[num[_SESSION].isin(shared)], den[den[_SESSION].isin(shared)]
+    elif _SESSION in num.columns or _SESSION in den.columns:  # one table of several sessions, one of one
+        num, den = num.drop(columns=[_SESSION], errors="ignore"), den.drop(columns=[_SESSION], errors="ignore")
     paired = _REP in num.columns and _REP in den.columns and set(num[_REP]) == set(den[_REP])
     if not paired:
-        num, den = (_median_over_repetitions(s, free) for s in (num, den))
+        by = [_SESSION, *free] if _SESSION in num.columns and _SESSION in den.columns else free
+        num, den = (_median_over_repetitions(s, by) for s in (num, den))
     keys = [c for c in num.columns if c != "value"]
     if keys:
         both = num.merge(den, on=keys, suffixes=("_num", "_den"))
@@ -194,6 +206,9 @@ def _plateau(query: PlateauQuery, own: str, results: Results, free: list[str]) -
     side = _side(query.of, own, results, [*free, query.along])
     if isinstance(side, Missing):
         return side
+    if _SESSION in side.columns:  # the session that ran most of the curve
+        points = side.groupby(_SESSION)[query.along].nunique()
+        side = side[side[_SESSION] == points.idxmax()]
     curve = side.groupby([*free, query.along], dropna=False)["value"].median().reset_index()
     groups = curve.groupby(free, dropna=False) if free else [((), curve)]
     plateaus = []

@@ -41,8 +41,9 @@ def ours_text(result: ClaimResult) -> str:
         return "—"
     unit = result.claim.unit
     text = format_value(result.ours.value, unit)
-    if result.ours.samples > 1 and result.ours.low != result.ours.high:
-        text += f" [{format_value(result.ours.low, unit)}–{format_value(result.ours.high, unit)}]"
+    low, high = format_value(result.ours.low, unit), format_value(result.ours.high, unit)
+    if result.ours.samples > 1 and low != high:
+        text += f" [{low}–{high}]"
     return text
 
 

@@ -123,8 +123,9 @@ def _explanation(explanation, experiment: str, results: Results) -> str:
     if isinstance(measured, Missing):
         return explanation.text.replace("{value}", f"(not measured: {measured.reason})")
     value = format_value(measured.value, explanation.unit)
-    if measured.samples > 1 and measured.low != measured.high:
-        value += f" [{format_value(measured.low, explanation.unit)}–{format_value(measured.high, explanation.unit)}]"
+    low, high = format_value(measured.low, explanation.unit), format_value(measured.high, explanation.unit)
+    if measured.samples > 1 and low != high:
+        value += f" [{low}–{high}]"
     return explanation.text.replace("{value}", value)
 
 
