@@ -299,3 +299,17 @@ def test_runs_of_different_sessions_are_never_compared():
     [result] = evaluate([("vec", _claim(query=plateau, unit="N", expect={"about": 16, "factor": 2}))],
                         _results(vec=pd.concat([table, stub], ignore_index=True)))
     assert result.ours.value == 16  # the session that ran the whole curve, not b's two points
+
+
+def test_sum_by_totals_each_group_before_combining_them():
+    rows = []
+    for algorithm, shares in (("ppo", (0.1, 0.2)), ("a2c", (0.3, 0.1)), ("sac", (0.05, 0.05))):
+        rows += [{"run_id": algorithm, "status": "ok", "reason": "", "repetition": 0, "algorithm": algorithm,
+                  "layer": layer, "share": share} for layer, share in zip(("Python", "Simulator"), shares)]
+    query = {"kind": "ratio",
+             "numerator": {"where": {"algorithm": ["ppo", "a2c"]}, "metric": "share", "sum_by": "algorithm",
+                           "combine": "mean"},
+             "denominator": {"where": {"algorithm": "sac"}, "metric": "share", "sum_by": "algorithm",
+                             "combine": "mean"}}
+    measured = measure(_claim(query=query, expect={"at_least": 1}).query, "ac", _results(ac=pd.DataFrame(rows)))
+    assert measured.value == pytest.approx(0.35 / 0.1)

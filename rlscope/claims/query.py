@@ -152,6 +152,12 @@ def _side(rows: Rows, own: str, results: Results, free: list[str]) -> pd.DataFra
     if not keys:
         frame = frame.assign(_all=0)
         keys = ["_all"]
+    if rows.sum_by:  # first the rows of each group summed (e.g. one algorithm's layers), then combined
+        if rows.sum_by not in ok.columns:
+            raise ClaimError(f"{rows.experiment or own}'s results have no column {rows.sum_by!r} (a claim's "
+                             f"query sums by it)")
+        frame = frame.assign(_group=ok[rows.sum_by]).groupby([*keys, "_group"], dropna=False)["value"].sum()
+        frame = frame.reset_index().drop(columns=["_group"])
     grouped = frame.groupby(keys, dropna=False)["value"]
     if rows.combine == "one":
         sizes = grouped.size()

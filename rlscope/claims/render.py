@@ -25,6 +25,8 @@ END = "<!-- rlscope claims: end -->"
 def paper_text(result: ClaimResult) -> str:
     """The paper's value, or, where it states none, the bound the claim holds ours to."""
     claim = result.claim
+    if claim.paper_text is not None:
+        return claim.paper_text
     if claim.paper_value is not None:
         return format_value(claim.paper_value, claim.unit)
     expect = claim.expect  # the paper gives no number: the bound we hold ours to

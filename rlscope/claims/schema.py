@@ -38,15 +38,17 @@ class _Model(BaseModel):
 class Rows(_Model):
     """Some rows of one experiment's ``results.csv`` (status ok only), and the number they give per
     repetition: ``metric`` (divided by the row's ``divide_by`` column, if given: e.g. kernels per
-    iteration over the steps per iteration) of the rows that match ``where``, combined by
-    ``combine`` ("one": the selection must leave exactly one row per repetition and ``across``
-    value)."""
+    iteration over the steps per iteration) of the rows that match ``where``, summed per value of
+    ``sum_by`` if given, combined by ``combine`` ("one": the selection must leave exactly one row
+    per repetition and ``across`` value; "mean" with ``sum_by: algorithm``: the mean over
+    algorithms of each one's total)."""
 
     experiment: Annotated[str, StringConstraints(pattern=r"^[A-Za-z0-9][A-Za-z0-9_-]*$")] | None = None
     where: dict[Name, Scalar | list[Scalar]] = {}
     metric: Name
     divide_by: Name | None = None
     absolute: StrictBool = False  # the metric's size, whatever its sign (an error in either direction)
+    sum_by: Name | None = None  # sum the rows of each value of this column first (one algorithm's layers)
     combine: Literal["one", "sum", "max", "min", "median", "mean"] = "one"
 
 
@@ -145,6 +147,8 @@ class Claim(_Model):
     figure: Annotated[str, StringConstraints(min_length=1)]
     text: Annotated[str, StringConstraints(min_length=1)]
     paper_value: Number | None = None  # None: the paper states a bound or a shape, not a number
+    paper_text: Annotated[str, StringConstraints(min_length=1)] | None = None  # what the paper says, where a
+    # number would misquote it (a range such as "1.9-4.8x": ``expect`` then spans the range)
     unit: Literal[UNITS] = "x"  # type: ignore[valid-type]
     query: Query
     expect: Expect

@@ -77,9 +77,14 @@ def judge(value: float, claim: Claim) -> tuple[str, str]:
         else:
             low, high = target * (1 - expect.tolerance), target * (1 + expect.tolerance)
             how = f"within ±{expect.tolerance:.0%} of"
+        if claim.paper_text:  # the paper states a range, and the tolerance spans it
+            how, theirs = "within", claim.paper_text
+        else:
+            theirs = format_value(target, unit)
         if low <= value <= high:
-            return REPRODUCED, f"{how} the paper's {format_value(target, unit)}"
-        miss = f"outside {format_value(low, unit)}–{format_value(high, unit)} ({how} the paper's)"
+            return REPRODUCED, f"{how} the paper's {theirs}"
+        miss = (f"outside the paper's {theirs}" if claim.paper_text else
+                f"outside {format_value(low, unit)}–{format_value(high, unit)} ({how} the paper's {theirs})")
     else:
         # a bound the paper states, or, where it gives no number, the one the claim holds ours to
         whose = ("the paper's bound" if claim.paper_value is not None
