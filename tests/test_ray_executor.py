@@ -115,7 +115,9 @@ def test_a_run_whose_worker_dies_is_retried_once_then_failed_and_the_sweep_goes_
     assert {k: o.status for k, o in outcomes.items()} == {"x-1": "ok", "x-2": "failed", "x-3": "ok"}
     assert "died twice" in outcomes["x-2"].message and "died twice" in outcomes["x-2"].log.read_text()
     assert sorted(killed) == ["1", "1", "2", "2", "3"]
-    assert sorted(pd.read_csv(tmp_path / "o" / "toy" / "results.csv")["run_id"]) == ["x-1", "x-3"]
+    results = pd.read_csv(tmp_path / "o" / "toy" / "results.csv")
+    assert sorted(results.loc[results["status"] == "ok", "run_id"]) == ["x-1", "x-3"]
+    assert list(results.loc[results["status"] == "failed", "run_id"]) == ["x-2"]  # a row saying why, no measurement
 
 
 def test_ctrl_c_cancels_the_tasks_out_and_resume_completes(tmp_path: Path, cluster, cli_env: dict[str, str]) -> None:
