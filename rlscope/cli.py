@@ -7,6 +7,7 @@ exits 1 after saying which runs failed and where their logs are.
 from __future__ import annotations
 
 import contextlib
+import signal
 import sys
 from pathlib import Path
 from typing import Any
@@ -79,9 +80,15 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
     def finished(spec: Any, summary: Any) -> None:
         figure_failures[spec.experiment] = _report(spec, scale, summary, output_dir, plot)
 
-    with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
-        summaries = list(zip(specs, run_sweeps(specs, output_dir, executor=executor, force=force,
-                                               on_finished=finished)))
+    # SIGTERM (a batch system's or a container's stop) ends the sweep as Ctrl-C does: the runner
+    # stops its workers and keeps what finished, instead of leaving them running without it.
+    previous = signal.signal(signal.SIGTERM, _interrupt)
+    try:
+        with contextlib.closing(_executor(executor_name, jobs, address)) as executor:
+            summaries = list(zip(specs, run_sweeps(specs, output_dir, executor=executor, force=force,
+                                                   on_finished=finished)))
+    finally:
+        signal.signal(signal.SIGTERM, previous)
     if any(summary.interrupted for _, summary in summaries):
         click.echo("interrupted: finished runs are kept; run the same command again to resume", err=True)
         sys.exit(EXIT_INTERRUPTED)
@@ -96,6 +103,10 @@ def run(manifests: tuple[Path, ...], scale: str, output_dir: Path, jobs: int, ex
                 click.echo(f"    figure not drawn: {failure}")
     if any(summary.failures for _, summary in summaries) or any(figure_failures.values()):
         sys.exit(EXIT_RUNS_FAILED)
+
+
+def _interrupt(signum: int, frame: Any) -> None:
+    raise KeyboardInterrupt
 
 
 def _executor(name: str, jobs: int, address: str | None) -> Any:
@@ -369,7 +380,10 @@ def report(output_dir: Path, configs_dir: Path) -> None:
 
     verdicts = []
     if configs_dir.is_dir():  # the claims of the experiments this directory holds
-        verdicts = [v for v in _verdicts(output_dir, configs_dir) if (output_dir / v.experiment).is_dir()]
+        try:
+            verdicts = [v for v in _verdicts(output_dir, configs_dir) if (output_dir / v.experiment).is_dir()]
+        except RlscopeError as err:  # a manifest's claim is wrong: the page is still written, without claims
+            click.echo(f"warning: the page has no claims section: {err}", err=True)
     else:
         click.echo(f"warning: no manifests in {configs_dir}: the page has no claims section (--configs DIR)",
                    err=True)

@@ -107,12 +107,12 @@ def test_missing_results_are_not_run():
     assert none_ok.verdict == NOT_RUN and "no finished run" in none_ok.reason and "failed" in none_ok.reason
 
 
-def test_a_query_that_does_not_fit_its_table_is_an_error_not_a_verdict():
+def test_a_column_the_results_lack_is_not_run_and_an_ambiguous_query_is_an_error():
     unknown = {**RATIO_AT_4, "numerator": {"where": {"backnd": "jax"}, "metric": "samples_per_s"}}
-    with pytest.raises(ClaimError, match="no column 'backnd'"):
-        evaluate([("vec", _claim(query=unknown, expect={"about": 1}))], _results(vec=_throughput()))
+    [result] = evaluate([("vec", _claim(query=unknown, expect={"about": 1}))], _results(vec=_throughput()))
+    assert result.verdict == NOT_RUN and "no column 'backnd'" in result.reason
     several = {**RATIO_AT_4, "numerator": {"where": {"backend": "jax"}, "metric": "samples_per_s"}}
-    with pytest.raises(ClaimError, match="matches 6 rows per repetition"):
+    with pytest.raises(ClaimError, match="claim c1 of vec's manifest: .* matches 6 rows per repetition"):
         evaluate([("vec", _claim(query=several, expect={"about": 1}))], _results(vec=_throughput()))
 
 
@@ -127,7 +127,7 @@ def test_across_reduces_over_a_free_column_and_combine_within_a_repetition():
              "denominator": {"where": {"backend": "gym", "num_envs": small}, "metric": "samples_per_s"},
              "across": "num_envs", "across_reduce": "min"}
     measured = measure(_claim(query=worst, expect={"about": 1}).query, "vec", _results(vec=_throughput()))
-    assert measured.value == 90.0 and measured.samples == 6
+    assert (measured.value, measured.low, measured.high, measured.samples) == (90.0, 80.0, 100.0, 2)
 
 
 def test_an_explanation_is_a_measured_number_in_the_reason():
@@ -313,3 +313,24 @@ def test_sum_by_totals_each_group_before_combining_them():
                              "combine": "mean"}}
     measured = measure(_claim(query=query, expect={"at_least": 1}).query, "ac", _results(ac=pd.DataFrame(rows)))
     assert measured.value == pytest.approx(0.35 / 0.1)
+
+
+def test_a_zero_denominator_is_no_measurement():
+    table = _throughput()
+    table.loc[(table["backend"] == "gym") & (table["num_envs"] == 4), "samples_per_s"] = 0.0
+    [result] = evaluate([("vec", _claim(query=RATIO_AT_4, expect={"about": 90}))], _results(vec=table))
+    assert result.verdict == NOT_RUN and "no finite value" in result.reason
+
+
+def test_the_spread_is_over_repetitions_not_over_the_across_values():
+    across = {**RATIO_AT_4, "numerator": {"where": {"backend": "jax"}, "metric": "samples_per_s"},
+              "denominator": {"where": {"backend": "gym"}, "metric": "samples_per_s"}, "across": "num_envs",
+              "across_reduce": "max"}
+    measured = measure(_claim(query=across, expect={"about": 1}).query, "vec", _results(vec=_throughput()))
+    # per repetition the largest ratio over N (80x64 and 100x64); never a point that was not judged
+    assert (measured.low, measured.high, measured.samples) == (80.0 * 64, 100.0 * 64, 2)
+
+
+def test_runs_are_told_apart_by_session_and_repetition_not_gone_across():
+    with pytest.raises(Exception, match="how runs are told apart"):
+        _claim(query={**RATIO_AT_4, "across": "repetition"}, expect={"about": 1})

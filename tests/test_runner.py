@@ -348,3 +348,35 @@ def test_a_failing_report_stops_the_runs_still_going_and_keeps_the_finished(tmp_
     assert (tmp_path / "o" / "toy_quick" / "runs" / "x-1" / "DONE").exists()
     assert not (tmp_path / "o" / "toy" / "runs" / "x-1" / "DONE").exists()  # killed, not waited for
     assert (tmp_path / "o" / "toy" / "results.csv").exists()
+
+
+def test_sigterm_stops_the_sweep_and_its_workers_as_ctrl_c_does(tmp_path: Path, cli_env: dict[str, str]) -> None:
+    out = tmp_path / "o"
+    path = manifest(tmp_path, params="{sleep_s: 30}", xs="[1, 2]", repetitions=1)
+    proc = subprocess.Popen([sys.executable, "-m", "rlscope.cli", "run", str(path), "--output", str(out), "--no-plot"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=cli_env)
+    log = out / "toy" / "runs" / "x-1" / "log.txt"
+    deadline = time.monotonic() + 60
+    while not log.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    time.sleep(1.0)  # the worker is in its workload
+    proc.send_signal(signal.SIGTERM)
+    _, stderr = proc.communicate(timeout=60)
+    assert proc.returncode == 130, stderr
+    assert "Traceback" not in stderr and "run the same command again to resume" in stderr
+
+    def workers() -> list[str]:  # processes still running a run of this output directory
+        found = []
+        for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+            try:
+                text = cmdline.read_bytes().replace(b"\0", b" ").decode(errors="replace")
+            except OSError:
+                continue
+            if str(out) in text:
+                found.append(text)
+        return found
+
+    deadline = time.monotonic() + 10
+    while workers() and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not workers()

@@ -36,9 +36,9 @@ class Measured:
     """A query's answer: ``value`` and the smallest and largest per repetition (and ``across``)."""
 
     value: float
-    low: float
+    low: float   # the smallest and largest of the same number taken repetition by repetition
     high: float
-    samples: int  # repetitions x across values behind it
+    samples: int  # repetitions behind it (1: no spread to show)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,8 +50,9 @@ class Missing:
 
 def measure(query: Any, own: str, results: Results) -> Measured | Missing:
     """The answer to ``query`` (a ``rlscope.claims.schema`` query) over ``results``; ``own`` is the
-    experiment a ``Rows`` without ``experiment`` reads. Raises ClaimError where the query itself
-    is wrong for the table (a column it names does not exist, "one" matches several rows)."""
+    experiment a ``Rows`` without ``experiment`` reads. A column the results lack is "not run"
+    (the runs did not measure it); ClaimError where the query is wrong for the table ("one"
+    matches several rows)."""
     free = [query.across] if query.across else []
     if isinstance(query, RatioQuery):
         num = _side(query.numerator, own, results, free)
@@ -61,7 +62,7 @@ def measure(query: Any, own: str, results: Results) -> Measured | Missing:
         if isinstance(den, Missing):
             return den
         values = _ratio(num, den, free)
-        if values.empty:
+        if values.empty and not num.empty and not den.empty:
             shared = f"{query.across} value or " if query.across else ""
             return Missing(f"numerator and denominator share no {shared}session (they were measured apart)")
         return _summary(values, free, query.across_reduce)
@@ -80,6 +81,9 @@ def measure(query: Any, own: str, results: Results) -> Measured | Missing:
         for key, curve in grouped:
             if curve[query.along].nunique() < 2:
                 continue
+            if (curve["value"] <= 0).any():
+                return Missing(f"{query.of.metric} is not above zero everywhere along {query.along}: a spread "
+                               f"(largest over smallest) needs positive values")
             key = key if isinstance(key, tuple) else (key,)
             rows.append({**dict(zip(keys, key)), "value": curve["value"].max() / curve["value"].min()})
         if not rows:
@@ -100,9 +104,8 @@ def _select(rows: Rows, own: str, results: Results) -> tuple[pd.DataFrame, pd.Da
     if table is None:
         return Missing(f"{name} has not run")
     for column in [*rows.where, rows.metric, *([rows.divide_by] if rows.divide_by else [])]:
-        if column not in table.columns:
-            raise ClaimError(f"{name}'s results have no column {column!r} (a claim's query names it); "
-                             f"its columns: {', '.join(map(str, table.columns))}")
+        if column not in table.columns:  # e.g. a GPU measure of runs made on a CPU, or no run finished
+            return Missing(f"{name}'s results have no column {column!r}: its runs did not measure it")
     mask = pd.Series(True, index=table.index)
     for column, wanted in rows.where.items():
         mask &= _isin(table[column], wanted if isinstance(wanted, list) else [wanted])
@@ -198,14 +201,19 @@ def _median_over_repetitions(side: pd.DataFrame, free: list[str]) -> pd.DataFram
     return side.groupby(free, dropna=False)["value"].median().reset_index()
 
 
-def _summary(values: pd.DataFrame, free: list[str], across_reduce: str = "median") -> Measured:
-    """``across_reduce`` over ``free`` of the median over repetitions, and the spread of all values."""
-    finite = values[np.isfinite(values["value"])]
+def _summary(values: pd.DataFrame, free: list[str], across_reduce: str = "median") -> Measured | Missing:
+    """``across_reduce`` over ``free`` of the median over repetitions; its spread is the same
+    reduction taken repetition by repetition (the smallest and largest of those). A value that is
+    not finite (a zero denominator) is no measurement."""
+    finite = values[np.isfinite(values["value"].astype(float))]
     if finite.empty:
-        finite = values
-    per_point = _median_over_repetitions(finite, free)["value"]
-    return Measured(value=float(per_point.agg(across_reduce)), low=float(finite["value"].min()),
-                    high=float(finite["value"].max()), samples=len(finite))
+        return Missing("no finite value: a denominator is zero or a measurement is missing")
+    value = float(_median_over_repetitions(finite, free)["value"].agg(across_reduce))
+    runs = [c for c in (_SESSION, _REP) if c in finite.columns]
+    if not runs:
+        return Measured(value=value, low=value, high=value, samples=1)
+    per_run = finite.groupby(runs, dropna=False)["value"].agg(across_reduce if free else "median")
+    return Measured(value=value, low=float(per_run.min()), high=float(per_run.max()), samples=len(per_run))
 
 
 def _plateau(query: PlateauQuery, own: str, results: Results, free: list[str]) -> Measured | Missing:
@@ -228,12 +236,30 @@ def _plateau(query: PlateauQuery, own: str, results: Results, free: list[str]) -
         if first == last:
             before = points["value"].iloc[-2]
             why = _beyond(query, own, results, last)
-            return Missing(f"still rising at the grid's last {query.along}, {_n(last)} "
+            return Missing(f"still rising at the last {query.along} in the results, {_n(last)} "
                            f"({points['value'].iloc[-1] / before:.2g}x the point before){why}")
         plateaus.append(float(first))
-    frame = pd.DataFrame({"value": plateaus})
     value = float(pd.Series(plateaus).agg(query.across_reduce))
-    return Measured(value=value, low=min(plateaus), high=max(plateaus), samples=len(frame))
+    per_run = _plateaus_per_run(side, free, query)
+    if not per_run:
+        return Measured(value=value, low=value, high=value, samples=1)
+    return Measured(value=value, low=min(per_run), high=max(per_run), samples=len(per_run))
+
+
+def _plateaus_per_run(side: pd.DataFrame, free: list[str], query: PlateauQuery) -> list[float]:
+    """The plateau read repetition by repetition (reduced over ``free`` as the claim is), for its
+    spread; a repetition whose curve has not reached it counts as its last point."""
+    if _REP not in side.columns:
+        return []
+    out = []
+    for _, run in side.groupby(_REP):
+        found = []
+        for _, points in (run.groupby(free, dropna=False) if free else [((), run)]):
+            points = points.sort_values(query.along)
+            reached = points[points["value"] >= (1 - query.within) * points["value"].max()]
+            found.append(float(reached[query.along].iloc[0]))
+        out.append(float(pd.Series(found).agg(query.across_reduce)))
+    return out
 
 
 def _beyond(query: PlateauQuery, own: str, results: Results, last: float) -> str:
@@ -246,7 +272,7 @@ def _beyond(query: PlateauQuery, own: str, results: Results, last: float) -> str
         return ""
     further = every[(pd.to_numeric(every[query.along], errors="coerce") > last) & (every["status"] != "ok")]
     if further.empty:
-        return "; the grid stops there"
+        return "; nothing further along was run (the manifest's grid or its exclusions stop there)"
     row = further.sort_values(query.along).iloc[0]
     reason = str(row.get("reason", "")).strip()
     reason = "" if reason in ("", "nan") else f": {reason}"

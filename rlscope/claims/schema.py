@@ -11,8 +11,8 @@ from __future__ import annotations
 
 from typing import Annotated, Any, Literal, Union
 
-from pydantic import BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr, StringConstraints, \
-    model_validator
+from pydantic import (AfterValidator, BaseModel, ConfigDict, Field, StrictBool, StrictFloat, StrictInt, StrictStr,
+                      StringConstraints, model_validator)
 
 __all__ = ["Claim", "Explanation", "Expect", "Rows", "Query", "RatioQuery", "ValueQuery", "PlateauQuery",
            "SpreadQuery", "PAPERS", "UNITS"]
@@ -52,10 +52,19 @@ class Rows(_Model):
     combine: Literal["one", "sum", "max", "min", "median", "mean"] = "one"
 
 
+def _grid_column(name: str | None) -> str | None:
+    if name in ("session", "repetition"):
+        raise ValueError(f"{name!r} is how runs are told apart, not a grid column to go across or along")
+    return name
+
+
+GridColumn = Annotated[Name, AfterValidator(_grid_column)]
+
+
 class _Query(_Model):
     # A column left free: one value per its value, reduced by across_reduce ("max": a claim that
     # holds for every value, e.g. "at most 5% on all simulators", is judged on the largest).
-    across: Name | None = None
+    across: GridColumn | None = None
     across_reduce: Literal["median", "max", "min"] = "median"
 
 
@@ -80,7 +89,7 @@ class PlateauQuery(_Query):
 
     kind: Literal["plateau"]
     of: Rows
-    along: Name
+    along: GridColumn
     within: Annotated[float, Field(gt=0, lt=1)] = 0.1
 
 
@@ -90,7 +99,7 @@ class SpreadQuery(_Query):
 
     kind: Literal["spread"]
     of: Rows
-    along: Name
+    along: GridColumn
 
 
 Query = Annotated[Union[RatioQuery, ValueQuery, PlateauQuery, SpreadQuery], Field(discriminator="kind")]

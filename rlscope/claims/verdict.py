@@ -18,6 +18,7 @@ import pandas as pd
 
 from rlscope.claims.query import Measured, Missing, Results, measure
 from rlscope.claims.schema import Claim
+from rlscope.errors import ClaimError
 from rlscope.plot.experiment import RESULTS_FILE, read_results
 
 __all__ = ["VERDICTS", "REPRODUCED", "DIFFERENT", "CONTRADICTED", "NOT_RUN", "ClaimResult", "judge", "evaluate",
@@ -94,8 +95,8 @@ def judge(value: float, claim: Claim) -> tuple[str, str]:
             return REPRODUCED, f"{'at least' if above else 'at most'} {whose}, {format_value(target, unit)}"
         miss = f"{'below' if above else 'above'} {whose}, {format_value(target, unit)}"
     reference = claim.reference()
-    if reference is None:
-        return DIFFERENT, miss
+    if reference is None:  # a share or an N: nothing says which side of it would be a reversal
+        return DIFFERENT, f"{miss} (no value of 'no effect' to tell a reversal from a difference)"
     if target == reference:
         return CONTRADICTED, f"{miss}: the paper finds no effect ({format_value(reference, unit)}), ours has one"
     if (value - reference) * (target - reference) > 0:
@@ -108,19 +109,25 @@ def evaluate(claims: Iterable[tuple[str, Claim]], results: Results) -> list[Clai
     """Each ``(experiment, claim)`` judged on ``results`` (experiment -> its table or None)."""
     out = []
     for experiment, claim in claims:
-        evidence = tuple(claim.experiments(experiment))
-        measured = measure(claim.query, experiment, results)
-        if isinstance(measured, Missing):
-            hint = "; run its manifest with `rlscope run MANIFEST --scale full`" if "has not run" in measured.reason \
-                else ""
-            out.append(ClaimResult(experiment, claim, NOT_RUN, None, measured.reason + hint, evidence))
-            continue
-        verdict, why = judge(measured.value, claim)
-        if verdict != REPRODUCED:
-            explained = [_explanation(text, experiment, results) for text in claim.explain]
-            why = f"{why}. " + ("; ".join(explained) if explained else "No measured explanation yet")
-        out.append(ClaimResult(experiment, claim, verdict, measured, why, evidence))
+        try:
+            out.append(_judged(experiment, claim, results))
+        except ClaimError as err:
+            raise ClaimError(f"claim {claim.id} of {experiment}'s manifest: {err}; fix its query in the manifest") \
+                from err
     return out
+
+
+def _judged(experiment: str, claim: Claim, results: Results) -> ClaimResult:
+    evidence = tuple(claim.experiments(experiment))
+    measured = measure(claim.query, experiment, results)
+    if isinstance(measured, Missing):
+        hint = "; run its manifest with `rlscope run MANIFEST --scale full`" if "has not run" in measured.reason else ""
+        return ClaimResult(experiment, claim, NOT_RUN, None, measured.reason + hint, evidence)
+    verdict, why = judge(measured.value, claim)
+    if verdict != REPRODUCED:
+        explained = [_explanation(text, experiment, results) for text in claim.explain]
+        why = f"{why}. " + ("; ".join(explained) if explained else "No measured explanation yet")
+    return ClaimResult(experiment, claim, verdict, measured, why, evidence)
 
 
 def _explanation(explanation, experiment: str, results: Results) -> str:

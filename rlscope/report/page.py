@@ -64,8 +64,9 @@ class Experiment:
 def write_report(output_dir: Path, repo: Path | None = None, claims: Sequence[ClaimResult] = ()) -> Path:
     """Write ``output_dir/report.html``; its path. ``repo``: the checkout whose commit the page
     names (default: the folder holding ``output_dir``). ``claims``: the papers' claims judged on
-    these results (``rlscope.claims.verdict.evaluate``), shown first. A directory holding no
-    experiment is a ``ResultsError`` that says what to run first."""
+    these results (``rlscope.claims.verdict.evaluate``), shown after the environment and the
+    contents, before the experiments. A directory holding no experiment is a ``ResultsError``
+    that says what to run first."""
     experiments = _experiments(output_dir)
     if not experiments:
         raise ResultsError(f"{output_dir}: holds no experiment (no */experiment.json); "
