@@ -49,8 +49,13 @@ def test_the_claims_tables_are_generated_from_the_h100_results(name: str, papers
 
 
 def test_every_difference_from_the_papers_has_a_measured_explanation() -> None:
-    unexplained = [f"{r.experiment}: {r.claim.id}" for r in _claims_on_the_h100() if r.unexplained]
+    results = _claims_on_the_h100()
+    unexplained = [f"{r.experiment}: {r.claim.id}" for r in results if r.unexplained]
     assert not unexplained, f"differences without an explain: entry: {unexplained}"
+    unmeasured = [f"{r.experiment}: {r.claim.id}" for r in results if "(not measured" in r.reason]
+    assert not unmeasured, f"explanations whose number is not in the results: {unmeasured}"
+    unanswered = [f"{r.experiment}: {r.claim.id}" for r in results if "results have no column" in r.reason]
+    assert not unanswered, f"claims naming a column their results lack (a typo?): {unanswered}"
 
 
 def test_the_generated_tables_are_what_their_data_gives() -> None:

@@ -7,9 +7,10 @@ step produce one sample per environment). ``fused_steps`` = K hands K steps to t
 Python call where the backend can take them (JAX ``lax.scan``, a CUDA graph); elsewhere the K
 steps are an eager loop. ``steps`` is rounded up to whole calls of K.
 
-``policy_device`` moves only the policy: ``same`` keeps it on ``device``; a CPU simulator
-(gymnasium, NumPy, C++) can take another one (``cpu``, the paper's setting for its C++ and gym
-comparison), a GPU simulator cannot, since its observations stay on its own device.
+``policy_device`` moves only the policy: ``same`` keeps it on ``device`` (the paper's setting:
+its gym and C++ loops hand their observations to the policy on the GPU); a CPU simulator
+(gymnasium, NumPy, C++) can take another one (``cpu``, a variant that shows whether the policy's
+place matters), a GPU simulator cannot, since its observations stay on its own device.
 """
 
 from __future__ import annotations
