@@ -29,6 +29,7 @@ import json
 import os
 import re
 import shutil
+import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -57,6 +58,7 @@ class StoredStage:
     of: int | None
     seconds: float
     stored_at: float
+    machine: str = ""  # the host that computed it (socket.gethostname()); "" in stages stored before
 
 
 def _file_name(name: str, index: int | None) -> str:
@@ -78,7 +80,10 @@ def _parse(text: str) -> tuple[StoredStage, Any]:
     indices_ok = all(v is None or (isinstance(v, int) and not isinstance(v, bool) and v >= 0) for v in (index, of))
     if not isinstance(name, str) or not numbers_ok or not indices_ok:
         raise ValueError("a stored stage's stage, index, of, seconds or stored_at is of the wrong type")
-    return StoredStage(name, index, of, float(seconds), float(stored_at)), record["result"]
+    machine = record.get("machine", "")
+    if not isinstance(machine, str):
+        raise ValueError("a stored stage's machine is not text")
+    return StoredStage(name, index, of, float(seconds), float(stored_at), machine), record["result"]
 
 
 class Stages:
@@ -96,14 +101,21 @@ class Stages:
     def resumed_seconds(self) -> float:
         return sum(s.seconds for s in self.resumed)
 
-    def stage(self, name: str, compute: Callable[[], T], *, index: int | None = None, of: int | None = None) -> T:
+    def stage(self, name: str, compute: Callable[[], T], *, index: int | None = None, of: int | None = None,
+              this_machine: bool = False) -> T:
         """The result of stage ``name`` (the ``index``-th of ``of`` stages so named, e.g. one of
         several validation pairs): read back if an earlier attempt stored it, else ``compute()``,
-        stored once it returns. Its result must be JSON (dicts, lists, str, numbers, bools, None)."""
+        stored once it returns. Its result must be JSON (dicts, lists, str, numbers, bools, None).
+        ``this_machine``: the result holds for the machine that computed it only (a calibration):
+        a run resumed on another host computes it again."""
         label = _label(name, index, of)
         path = None if self.directory is None else self.directory / _file_name(name, index)
         if path is not None and path.exists():
             found = self._read(path, name, index, label)
+            if found is not None and this_machine and found[0].machine != socket.gethostname():
+                print(f"stage {label}: stored by {found[0].machine or 'another machine'}, computed again on "
+                      f"{socket.gethostname()}", flush=True)
+                found = None
             if found is not None:
                 stored, result = found
                 self.resumed.append(stored)
@@ -112,7 +124,7 @@ class Stages:
         started = time.monotonic()
         value = compute()
         record = {"stage": name, "index": index, "of": of, "seconds": time.monotonic() - started,
-                  "stored_at": time.time(), "result": value}
+                  "stored_at": time.time(), "machine": socket.gethostname(), "result": value}
         try:
             text = json.dumps(record, allow_nan=True)
         except (TypeError, ValueError) as err:
@@ -169,9 +181,10 @@ def current() -> Stages:
     return Stages(Path(directory) if directory else None)
 
 
-def stage(name: str, compute: Callable[[], T], *, index: int | None = None, of: int | None = None) -> T:
+def stage(name: str, compute: Callable[[], T], *, index: int | None = None, of: int | None = None,
+          this_machine: bool = False) -> T:
     """``current().stage(...)``: stage ``name``'s stored result, or ``compute()``'s, stored."""
-    return current().stage(name, compute, index=index, of=of)
+    return current().stage(name, compute, index=index, of=of, this_machine=this_machine)
 
 
 def stages_key(config: Mapping[str, Any]) -> str:

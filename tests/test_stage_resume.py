@@ -376,3 +376,17 @@ def test_overhead_correction_counts_the_time_its_stored_stages_took_against_its_
     assert overhead_correction(budget_s=3600)["whole_run_pairs"] == 1  # the first pair always runs
     monkeypatch.setenv(ENV_STAGES_DIR, str(tmp_path / "afresh"))
     assert overhead_correction(budget_s=3600)["whole_run_pairs"] == 3  # no time spent before
+
+
+def test_a_stage_bound_to_its_machine_is_computed_again_on_another(tmp_path: Path, monkeypatch) -> None:
+    import socket
+
+    calls: list[str] = []
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
+    Stages(tmp_path).stage("calibration", lambda: calls.append("a") or {"cost": 1}, this_machine=True)
+    Stages(tmp_path).stage("pair", lambda: calls.append("pair") or 1)
+    monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
+    assert Stages(tmp_path).stage("calibration", lambda: calls.append("b") or {"cost": 2}, this_machine=True) == \
+        {"cost": 2}
+    assert Stages(tmp_path).stage("pair", lambda: calls.append("pair again") or 2) == 1  # any machine's will do
+    assert calls == ["a", "pair", "b"]

@@ -309,7 +309,7 @@ def overhead_correction(workload: str, calibration_steps: int, validation_steps:
                 return json.loads(calibration_path.read_text())
 
             # The file, computed or read back: the correction of each profiled run reads it.
-            write_json_atomic(calibration_path, stages.stage("calibration", calibrated))
+            write_json_atomic(calibration_path, stages.stage("calibration", calibrated, this_machine=True))
             calibration = Calibration.load(calibration_path)
         bases: dict[int, list[Any]] = {}
 
