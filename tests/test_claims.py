@@ -15,7 +15,8 @@ from pydantic import TypeAdapter
 from rlscope.claims.query import Measured, measure
 from rlscope.claims.render import BEGIN, END, as_markdown, into_page
 from rlscope.claims.schema import Claim
-from rlscope.claims.verdict import CONTRADICTED, DIFFERENT, NOT_RUN, REPRODUCED, evaluate, format_value, judge
+from rlscope.claims.units import format_value
+from rlscope.claims.verdict import CONTRADICTED, DIFFERENT, NOT_RUN, REPRODUCED, evaluate, judge
 from rlscope.errors import ClaimError, ManifestError
 from rlscope.harness.manifest import load_manifest
 from tests.conftest import REPO

@@ -13,13 +13,13 @@ is "not run"), and a plateau reads the curve of the session that ran most of it.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
+from rlscope.claims.units import format_value
 from rlscope.claims.schema import PlateauQuery, RatioQuery, Rows, SpreadQuery, ValueQuery
 from rlscope.errors import ClaimError
 
@@ -236,7 +236,7 @@ def _plateau(query: PlateauQuery, own: str, results: Results, free: list[str]) -
         if first == last:
             before = points["value"].iloc[-2]
             why = _beyond(query, own, results, last)
-            return Missing(f"still rising at the last {query.along} in the results, {_n(last)} "
+            return Missing(f"still rising at the last {query.along} in the results, {format_value(last, 'N')} "
                            f"({points['value'].iloc[-1] / before:.2g}x the point before){why}")
         plateaus.append(float(first))
     value = float(pd.Series(plateaus).agg(query.across_reduce))
@@ -276,12 +276,4 @@ def _beyond(query: PlateauQuery, own: str, results: Results, last: float) -> str
     row = further.sort_values(query.along).iloc[0]
     reason = str(row.get("reason", "")).strip()
     reason = "" if reason in ("", "nan") else f": {reason}"
-    return f"; {_n(row[query.along])} did not finish ({row['status']}{reason})"[:200]
-
-
-def _n(value: Any) -> str:
-    """A number of environments as a power of two where it is one."""
-    number = float(value)
-    if number >= 2 and number.is_integer() and math.log2(number).is_integer():
-        return f"2^{int(math.log2(number))}"
-    return f"{number:g}"
+    return f"; {format_value(float(row[query.along]), 'N')} did not finish ({row['status']}{reason})"[:200]

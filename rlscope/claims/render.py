@@ -13,7 +13,8 @@ from collections.abc import Sequence
 from pathlib import Path
 
 from rlscope.claims.schema import PAPERS
-from rlscope.claims.verdict import VERDICTS, ClaimResult, format_value
+from rlscope.claims.units import format_value
+from rlscope.claims.verdict import VERDICTS, ClaimResult
 from rlscope.errors import ClaimError
 
 __all__ = ["summary", "as_text", "as_markdown", "as_html", "ours_text", "paper_text", "into_page", "BEGIN", "END"]

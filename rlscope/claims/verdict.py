@@ -10,7 +10,6 @@ verdict comes with the number it was reached on and its spread over repetitions.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -18,11 +17,12 @@ import pandas as pd
 
 from rlscope.claims.query import Measured, Missing, Results, measure
 from rlscope.claims.schema import Claim
+from rlscope.claims.units import format_value
 from rlscope.errors import ClaimError
 from rlscope.plot.experiment import RESULTS_FILE, read_results
 
 __all__ = ["VERDICTS", "REPRODUCED", "DIFFERENT", "CONTRADICTED", "NOT_RUN", "ClaimResult", "judge", "evaluate",
-           "results_in", "format_value"]
+           "results_in"]
 
 REPRODUCED = "reproduced"
 DIFFERENT = "same direction, different size"
@@ -46,26 +46,6 @@ class ClaimResult:
     def unexplained(self) -> bool:
         """A difference from the paper that no measured explanation accounts for."""
         return self.verdict in (DIFFERENT, CONTRADICTED) and not self.claim.explain
-
-
-def format_value(value: float, unit: str) -> str:
-    """A number the way a claim's unit is read: 15,900x, 38.1%, 2^18, 1.2e+05 samples/s."""
-    if value is None or not math.isfinite(value):
-        return "—"
-    if unit == "percent":
-        return f"{value * 100:.1f}%"
-    if unit == "N":
-        if value >= 1 and float(value).is_integer() and math.log2(value).is_integer():
-            return f"2^{int(math.log2(value))}"
-        return f"{value:g}"
-    text = f"{value:,.0f}" if abs(value) >= 100 else f"{value:.3g}" if abs(value) >= 0.01 else f"{value:.2g}"
-    if unit == "samples/s":
-        return f"{value:.3g} samples/s"
-    if unit == "seconds":
-        for scale, suffix in ((1.0, "s"), (1e-3, "ms"), (1e-6, "µs"), (1e-9, "ns")):
-            if abs(value) >= scale or suffix == "ns":
-                return f"{value / scale:.3g} {suffix}"
-    return text + ("x" if unit == "x" else "")
 
 
 def judge(value: float, claim: Claim) -> tuple[str, str]:
