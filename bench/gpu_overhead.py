@@ -30,7 +30,13 @@ annotations, transitions, CUDA API calls through CUPTI callbacks and GPU activit
 (torch.profiler with CPU and CUDA activities for the PyTorch loops, ``jax.profiler.trace`` for
 JAX); to see where the cost is: ``rlscope-activity`` (API calls as activity records, the way
 callbacks replaced), ``annotations``, ``transitions`` (annotations and transitions), ``api``
-(annotations and CUDA API calls), ``kernels`` (annotations and GPU activity).
+(annotations and CUDA API calls), ``kernels`` (annotations and GPU activity); and CUPTI's own floor,
+a bare client with no rlscope in the loop at all (``rlscope._cupti.Floor``, csrc/cupti/floor.hpp):
+``floor`` enables the GPU layer's activity kinds and frees every buffer unread, ``floor-api`` also
+enables the runtime and driver API callbacks that ``rlscope`` uses, doing nothing in them.
+``kernels`` over ``floor`` and ``rlscope`` over ``floor-api`` are what rlscope adds to CUPTI's cost
+for the same kinds: the summary gives them per round (the modes of a round run one after another,
+so each pair shares the machine's state of the moment) as median [range] over rounds.
 
 Per round (process) the ratio is the median over its groups; the summary gives, per loop and
 mode, the median and range of those over rounds, the uninstrumented time per iteration, what a
@@ -51,8 +57,8 @@ import statistics
 import subprocess
 import sys
 import time
-from collections.abc import Callable
-from contextlib import AbstractContextManager
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager, contextmanager
 from pathlib import Path
 from typing import Any
 
@@ -70,7 +76,9 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
     "api": ({"transitions": False, "gpu": "runtime,driver"}, "callbacks"),
     "kernels": ({"transitions": False, "gpu": "kernels"}, "callbacks"),
 }
-MODES = (*RLSCOPE_MODES, "profiler")
+# CUPTI's floor: a bare client's kinds (api: with the API callbacks) -> the rlscope mode it bounds.
+FLOOR_MODES: dict[str, tuple[bool, str]] = {"floor": (False, "kernels"), "floor-api": (True, "rlscope")}
+MODES = (*RLSCOPE_MODES, *FLOOR_MODES, "profiler")
 DEFAULT_MODES = ("rlscope", "profiler")
 # Steps per loop (about 9 s uninstrumented on an H100; SB3 about 20 s) and the length of a
 # segment (several ticks each: the tiny loop ticks every step, JAX every 8 (the overhead loops'
@@ -101,6 +109,8 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
         options, source = RLSCOPE_MODES[mode]
         os.environ[ENV_API] = source
         return lambda trace: rlscope.profile(trace, process=name, **options)
+    if mode in FLOOR_MODES:
+        return lambda trace: floor_session(api=FLOOR_MODES[mode][0])
     if name == "jax_loop":
         import jax
 
@@ -108,6 +118,28 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
     from torch.profiler import ProfilerActivity, profile
 
     return lambda trace: profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
+
+
+@contextmanager
+def floor_session(api: bool) -> Iterator[None]:
+    """A session of the bare CUPTI client: the GPU layer's activity kinds, buffers freed unread,
+    with ``api`` the runtime and driver callbacks that rlscope enables (less the same query
+    calls), empty. Stopping it flushes, frees and detaches CUPTI, as an rlscope session's stop does."""
+    from rlscope import _cupti
+    from rlscope.collect.gpu_layers import QUERY_APIS
+    from rlscope.nvidia import libcupti_candidates
+
+    _cupti.load(libcupti_candidates())
+    floor = _cupti.Floor()
+    started = floor.start(api=api, untraced_apis=list(QUERY_APIS))
+    if not started["ok"]:
+        raise SystemExit(f"CUPTI floor: {started['step']} failed: {started['error']}")
+    try:
+        yield
+    finally:
+        stats = floor.stop()
+        if stats["dropped"]:
+            print(f"CUPTI floor: {stats['dropped']} records dropped", file=sys.stderr)
 
 
 def groups_of(segments: list[list[Any]]) -> list[tuple[float, float]]:
@@ -219,6 +251,14 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
                 if values:
                     entry[f"{mode}_{cost}"] = statistics.median(values)
         entry["off_us"] = statistics.median(offs)
+        for floor, (_, mode) in FLOOR_MODES.items():
+            paired = [statistics.median(on / off for off, on in per_round[(name, mode, r)]) /
+                      statistics.median(on / off for off, on in per_round[(name, floor, r)])
+                      for (loop, m, r) in per_round if loop == name and m == mode and (name, floor, r) in per_round]
+            if paired:
+                entry[f"{mode}_over_{floor}"] = statistics.median(paired)
+                entry[f"{mode}_over_{floor}_range"] = (min(paired), max(paired))
+                entry[f"{mode}_over_{floor}_rounds"] = len(paired)
         if added.get("rlscope", 0) > 0 and "profiler" in added:
             entry["profiler_added_over_rlscope"] = added["profiler"] / added["rlscope"]
             ours, theirs = (entry.get(f"{m}_stop_us_per_iteration") for m in ("rlscope", "profiler"))
@@ -282,6 +322,11 @@ def print_summary(rows: list[dict[str, Any]]) -> None:
                     parts.append(f"{mode} session start {entry[f'{mode}_start_ms']:.1f} ms, stop "
                                  f"{entry[f'{mode}_stop_ms']:.1f} ms ({entry[f'{mode}_stop_us_per_iteration']:.1f} "
                                  f"us/iteration)")
+        for floor, (_, mode) in FLOOR_MODES.items():
+            if f"{mode}_over_{floor}" in entry:
+                low, high = entry[f"{mode}_over_{floor}_range"]
+                parts.append(f"{mode} over {floor} {entry[f'{mode}_over_{floor}']:.3f}x [{low:.3f}, {high:.3f}] "
+                             f"({entry[f'{mode}_over_{floor}_rounds']} rounds)")
         if "profiler_added_over_rlscope" in entry:
             parts.append(f"profiler adds {entry['profiler_added_over_rlscope']:.1f}x rlscope's time while profiling")
         if "profiler_added_over_rlscope_with_stop" in entry:

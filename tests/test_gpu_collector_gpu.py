@@ -181,6 +181,40 @@ def test_a_stopped_session_detaches_and_the_next_one_records_again(tmp_path):
     assert not probe.stats()["cupti_attached"] and probe.stats()["detaches"] >= 2
 
 
+def test_the_bare_cupti_floor_sees_the_records_frees_them_and_detaches(tmp_path):
+    """bench/gpu_overhead.py's floor: CUPTI fills buffers for the loop's kernels, the floor hands
+    them back unread, stops detached, and no rlscope session can start while it runs."""
+    torch = pytest.importorskip("torch")
+    from rlscope import _cupti
+    from rlscope.collect.cupti import GpuCollectorError
+    from rlscope.collect.gpu_layers import QUERY_APIS
+    from rlscope.nvidia import libcupti_candidates
+
+    _cupti.load(libcupti_candidates())
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    for api in (False, True):
+        floor = _cupti.Floor()
+        assert floor.start(api=api, untraced_apis=list(QUERY_APIS))["ok"]
+        with pytest.raises(GpuCollectorError, match="bare CUPTI client"):
+            with rlscope.profile(tmp_path / f"refused_{api}", process="gpu"):
+                pass
+        for _ in range(2000):
+            x.mul_(1.0001)
+        torch.cuda.synchronize()
+        stats = floor.stop()
+        # 2,000 kernel records of at least 100 bytes each were handed over, none dropped
+        assert stats["buffers"] >= 1 and stats["bytes"] >= 2000 * 100 and stats["dropped"] == 0, stats
+        assert not stats["cupti_attached"], stats
+    with rlscope.profile(tmp_path / "after", process="gpu"):  # the tracer attaches again afterwards
+        with rlscope.operation("compute"):
+            x.mul_(1.0001)
+        torch.cuda.synchronize()
+    (proc,) = read_attributed(tmp_path / "after")
+    kernels = proc.events[proc.events["kind"] == int(Kind.GPU_KERNEL)]
+    assert len(kernels) == 1
+
+
 def test_api_calls_from_callbacks_match_the_activity_records(tmp_path, monkeypatch):
     """The same loop traced with API calls as activity records and through callbacks: the same
     calls (name by name), kernels, attribution, and call that launched each kernel."""

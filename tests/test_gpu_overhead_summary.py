@@ -41,6 +41,18 @@ def test_loops_stay_apart_and_no_added_time_ratio_when_rlscope_adds_nothing() ->
     assert jax["rlscope"] == pytest.approx(1.1) and "profiler" not in jax
 
 
+def test_rlscope_over_the_floor_pairs_the_modes_of_each_round() -> None:
+    # Round 1's machine is slower for both modes: paired per round, the ratio stays 1.1 and 1.2.
+    data = (rows("tiny", "rlscope", [[(100, 132)], [(100, 180)], [(100, 121)]])
+            + rows("tiny", "floor-api", [[(100, 120)], [(100, 150)], [(100, 110)]])
+            + rows("tiny", "kernels", [[(100, 115)]]))  # no floor round to pair with
+    (entry,) = gpu_overhead.summarize(data)
+    assert entry["rlscope_over_floor-api"] == pytest.approx(1.1)
+    assert entry["rlscope_over_floor-api_range"] == pytest.approx((1.1, 1.2))
+    assert entry["rlscope_over_floor-api_rounds"] == 3
+    assert "kernels_over_floor" not in entry
+
+
 def test_session_costs_are_medians_and_the_stop_counts_per_iteration_in_the_with_stop_ratio() -> None:
     ours = gpu_overhead.session_costs([[2e6, 4e6, 1000], [4e6, 6e6, 1000], [3e6, 50e6, 0]])
     assert ours == pytest.approx({"start_ms": 3.0, "stop_ms": 6.0, "stop_us_per_iteration": 5.0})  # 4 and 6 us

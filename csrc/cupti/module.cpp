@@ -30,7 +30,8 @@
 // Layout: loader.hpp (libcupti and its entry points), api_calls.hpp (API calls recorded by
 // callbacks, each thread's operations), attachment.hpp (subscribing, detaching, correlation
 // hooks), tracer.hpp (the Tracer), decode.hpp (activity records -> rows),
-// call_probe.hpp (timed CUDA calls), this file (the Python bindings).
+// call_probe.hpp (timed CUDA calls), floor.hpp (the bare client the bench compares against),
+// this file (the Python bindings).
 #include <nanobind/nanobind.h>
 #include <nanobind/ndarray.h>
 #include <nanobind/stl/string.h>
@@ -50,6 +51,7 @@ using namespace rlscope::cupti;
 #include "loader.hpp"
 #include "attachment.hpp"
 #include "tracer.hpp"
+#include "floor.hpp"
 
 namespace {
 
@@ -129,5 +131,11 @@ NB_MODULE(_cupti, m) {
         .def("abandon", &Tracer::abandon)
         .def("stats", &Tracer::stats)
         .def("hooks", &Tracer::hooks, "Capsule of the external-correlation push/pop functions.");
+    nb::class_<Floor>(m, "Floor",
+                      "A bare CUPTI client: the tracer's GPU activity kinds, buffers freed unread, and with ``api``\n"
+                      "the runtime and driver API callbacks enabled doing nothing (bench/gpu_overhead.py's floor).")
+        .def(nb::init<size_t>(), "buffer_bytes"_a = 8 << 20)
+        .def("start", &Floor::start, "api"_a, "untraced_apis"_a = std::vector<std::string>())
+        .def("stop", &Floor::stop, "Every kind off, buffers flushed and freed, CUPTI detached: {buffers, bytes, dropped}.");
 }
 

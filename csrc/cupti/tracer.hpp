@@ -81,7 +81,9 @@ public:
                    bool api_callbacks) {
         require_loaded();
         nb::dict out;
-        if (g_tracer) return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED, "rlscope");
+        if (g_tracer || g_floor)
+            return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
+                           g_tracer ? "rlscope" : "the bench's bare CUPTI client (rlscope._cupti.Floor)");
         std::lock_guard<std::mutex> lock(g_attach.mutex);
         char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
         CUptiResult r = attach(old_name, sizeof(old_name) - 1);
@@ -192,7 +194,6 @@ public:
 
     nb::capsule hooks() { return nb::capsule(&g_hooks, "rlscope.correlation_hooks"); }
 
-private:
     // Every (domain, callback id) of the runtime (``runtime``) and driver (``driver``) APIs named
     // in ``names`` (version suffix left off).
     using ApiIds = std::vector<std::pair<CUpti_CallbackDomain, CUpti_CallbackId>>;
@@ -212,6 +213,7 @@ private:
         return ids;
     }
 
+private:
     // Turn the API callbacks on or off: the enabled domains whole, less the untraced APIs. Off
     // before on: a callback never sees a half-made set.
     CUptiResult set_callbacks(bool on) {
