@@ -204,3 +204,20 @@ def test_a_failed_calibration_is_not_cached(tmp_path, monkeypatch):
     with pytest.raises(RlscopeError, match="calibration runs failed: repetition 1"):
         calibrate_module.cached_calibration(["python", "loop.py"], lambda: ["python", "loop.py"], tmp_path)
     assert not list(tmp_path.glob("*/calibration.json"))
+
+
+def test_a_calibration_cut_off_part_way_is_not_found_as_cached(tmp_path, monkeypatch):
+    # calibrate saves its calibration.json after each repetition; one stopped after the first of
+    # two (Ctrl-C, a job's time limit) must not be reused by the next run as a finished one.
+    import rlscope.calibrate.cache as calibrate_module
+
+    def cut_off(command, output, progress=None, **options):
+        output.mkdir(parents=True, exist_ok=True)
+        calibration_of(python_call=1.0).save(output / "calibration.json")  # the first repetition's
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(calibrate_module, "calibrate", cut_off)
+    with pytest.raises(KeyboardInterrupt):
+        calibrate_module.cached_calibration(["python", "loop.py"], lambda: ["python", "loop.py"], tmp_path,
+                                            repetitions=2)
+    assert calibrate_module.find_cached_calibration(["python", "loop.py"], tmp_path, repetitions=2) is None

@@ -18,6 +18,8 @@ from rlscope.outputs import LOCK_FILE, output_lock
 
 __all__ = ["calibration_cache_dir", "find_cached_calibration", "cached_calibration"]
 
+WORK = "work"  # where a calibration being made keeps its runs and its calibration.json so far
+
 
 def calibration_cache_dir() -> Path:
     """Where ``cached_calibration`` keeps calibrations: ``$XDG_CACHE_HOME/rlscope/calibration``
@@ -69,8 +71,12 @@ def cached_calibration(identity: list[str], command: Callable[[], list[str]], ca
                 shutil.rmtree(earlier)
             else:
                 earlier.unlink()
-        calibration, failures = calibrate(command(), directory, progress=lambda line: None, **options)
-        if failures:
-            path.unlink(missing_ok=True)  # a calibration with failed runs is not one to reuse
+        # calibrate saves its calibration.json after every repetition: it works in a folder of its
+        # own, and only a finished one becomes the cached file, so a calibration cut off part way
+        # (Ctrl-C, a job's time limit) is never found and reused as if it were complete.
+        work = directory / WORK
+        calibration, failures = calibrate(command(), work, progress=lambda line: None, **options)
+        if failures:  # a calibration with failed runs is not one to reuse
             raise RlscopeError("calibration runs failed: " + "; ".join(failures))
+        os.replace(work / CALIBRATION_FILE, path)
     return calibration, path
