@@ -52,26 +52,82 @@ _LAYERS = {"Python": ["Python"], "Backend": ["Backend"], "Simulator": ["Simulato
 def _survey(name: str, key: str, label: Callable[[str], str]) -> str:
     """Per algorithm or simulator: training time, speed and the shares (%) of training per
     operation and layer, mean over repetitions; "max spread" is the largest difference between
-    repetitions of any of those shares (points)."""
+    repetitions of any of those shares (points).
+
+    Where a run was corrected for profiling's overhead (its rows have ``corrected_seconds``), a
+    second row beneath it gives the corrected time and shares, each share with the bounds of the
+    correction's 95% interval (``share_intervals``: the group at its low end against the rest at
+    their high ends, and the other way round), mean over repetitions; the raw row stays as it is.
+    A note under the table says which runs are not corrected and repeats the analysis's caveat on
+    corrected rows (OVERCORRECTED: the calibration's costs exceed what was measured)."""
+    from rlscope.analyze.caveats import OVERCORRECTED
+
     data = _ok(name)
     rows = data[data["table"] == "breakdown"]
-    rows_out = []
+    corrected_any = False
+    rows_out, notes = [], []
     for value in _in_order(rows[key]):
         mine = rows[rows[key] == value]
-        per_rep = []
-        for _, rep in mine.groupby("repetition"):
-            shares = {out: rep.loc[rep["operation"] == op, "share"].sum() * 100 for op, out in _OPERATIONS.items()}
-            shares.update({out: rep.loc[rep["layer"].isin(layers), "share"].sum() * 100
-                           for out, layers in _LAYERS.items()})
-            per_rep.append(shares)
-        shares = pd.DataFrame(per_rep)
-        spread = (shares.max() - shares.min()).max()
         first = mine.groupby("repetition").first()
-        rows_out.append([label(value), f"{first['training_s'].mean():.1f}", f"{first['steps_per_s'].mean():.0f}",
-                         *(f"{shares[c].mean():.1f}" for c in shares.columns), f"{spread:.1f}"])
-    head = [key if key != "env" else "environment", "training (s)", "env steps/s", *_OPERATIONS.values(),
+        raw = pd.DataFrame([_group_shares(rep, "seconds") for _, rep in mine.groupby("repetition")])
+        cells = [f"{raw[c].mean():.1f}" for c in raw.columns]
+        rows_out.append([label(value), "as profiled", f"{first['training_s'].mean():.1f}",
+                         f"{first['steps_per_s'].mean():.0f}", *cells, f"{_spread(raw):.1f}"])
+        if not _is_corrected(mine):
+            continue
+        corrected_any = True
+        per_rep = [_group_shares(rep, c) for _, rep in mine.groupby("repetition")
+                   for c in ("corrected_seconds", "corrected_low_seconds", "corrected_high_seconds")]
+        point, low, high = (pd.DataFrame(per_rep[i::3]) for i in range(3))
+        seconds = first["corrected_training_s"]
+        rows_out.append([label(value), "corrected [low–high]", f"{seconds.mean():.1f}",
+                         f"{(first['timesteps'] / seconds).mean():.0f}",
+                         *(f"{point[c].mean():.1f} [{low[c].mean():.1f}–{high[c].mean():.1f}]" for c in point.columns),
+                         f"{_spread(point):.1f}"])
+        caveats = mine.get("caveat", pd.Series(dtype=object)).dropna().astype(str)
+        where = mine.loc[caveats.index[caveats.str.contains(OVERCORRECTED, regex=False)]]
+        if not where.empty:
+            places = ", ".join(_in_order(f"{_OPERATIONS.get(o, o)} {lay}" for o, lay in zip(where["operation"],
+                                                                                           where["layer"])))
+            notes.append(f"{label(value)} ({places}): {OVERCORRECTED}")
+    head = [key if key != "env" else "environment", "shares", "training (s)", "env steps/s", *_OPERATIONS.values(),
             *_LAYERS, "max spread"]
-    return _table(head, rows_out)
+    if not corrected_any:  # no run was corrected: the table as it always was
+        return _table([h for h in head if h != "shares"], [r[:1] + r[2:] for r in rows_out])
+    plain = [label(v) for v in _in_order(rows[key]) if not _is_corrected(rows[rows[key] == v])]
+    note = f"\nAs profiled only (no calibration on the machine that ran them): {', '.join(plain)}." if plain else ""
+    return _table(head, rows_out) + note + "".join(f"\n\n{n}" for n in notes) + ("\n" if note or notes else "")
+
+
+def _group_shares(rep: pd.DataFrame, column: str) -> dict[str, float]:
+    """One repetition's share (%) of each operation and layer group in ``column``'s seconds; for
+    a corrected bound (``corrected_low_seconds`` or ``corrected_high_seconds``) the bound of the
+    group's share: the group at that end against the rest at the other end."""
+    from rlscope.analyze.shares import share_intervals
+
+    bound = {"corrected_low_seconds": "low", "corrected_high_seconds": "high"}.get(column)
+    groups = {out: rep["operation"] == op for op, out in _OPERATIONS.items()}
+    groups.update({out: rep["layer"].isin(layers) for out, layers in _LAYERS.items()})
+    out = {}
+    for name, mask in groups.items():
+        if bound is None:
+            out[name] = rep.loc[mask, column].sum() / rep[column].sum() * 100
+            continue
+        parts = {c: pd.Series([rep.loc[mask, c].sum(), rep.loc[~mask, c].sum()])
+                 for c in ("corrected_seconds", "corrected_low_seconds", "corrected_high_seconds")}
+        shares = share_intervals(parts["corrected_seconds"], parts["corrected_low_seconds"],
+                                 parts["corrected_high_seconds"])
+        out[name] = float(shares[1 if bound == "low" else 2].iloc[0]) * 100
+    return out
+
+
+def _is_corrected(rows: pd.DataFrame) -> bool:
+    """Whether every breakdown row of these runs has corrected seconds (they had a calibration)."""
+    return "corrected_seconds" in rows and bool(rows["corrected_seconds"].notna().all())
+
+
+def _spread(shares: pd.DataFrame) -> float:
+    return float((shares.max() - shares.min()).max())
 
 
 def _survey_transitions(name: str, key: str, label: Callable[[str], str]) -> str:

@@ -61,3 +61,33 @@ def test_every_difference_from_the_papers_has_a_measured_explanation() -> None:
 def test_the_generated_tables_are_what_their_data_gives() -> None:
     assert results_tables.pages(), "no page marks a generated table"
     assert results_tables.main(["--check"]) == 0, "run: python bench/results_tables.py"
+
+
+def test_a_corrected_run_shows_its_corrected_shares_beside_the_raw_ones(tmp_path, monkeypatch) -> None:
+    import pandas as pd
+
+    from rlscope.analyze.caveats import OVERCORRECTED
+
+    def rows(algorithm: str, corrected: bool) -> list[dict]:
+        base = {"algorithm": algorithm, "status": "ok", "table": "breakdown", "repetition": 0, "timesteps": 100,
+                "training_s": 10.0, "steps_per_s": 10.0, "caveat": ""}
+        parts = [("simulation", "Simulator", 6.0, 5.0), ("backpropagation", "CUDA API", 4.0, 0.0)]
+        out = [{**base, "operation": op, "layer": layer, "seconds": s, "share": s / 10} for op, layer, s, _ in parts]
+        if corrected:
+            for row, (_, _, _, c) in zip(out, parts):
+                row.update(corrected_training_s=5.0, corrected_seconds=c, corrected_low_seconds=c * 0.9 if c else 0.0,
+                           corrected_high_seconds=c * 1.1 if c else 0.5)
+            out[1]["caveat"] = OVERCORRECTED
+        return out
+
+    (tmp_path / "algorithm_choice").mkdir()
+    pd.DataFrame(rows("ppo", True) + rows("sac", False)).to_csv(tmp_path / "algorithm_choice" / "results.csv")
+    monkeypatch.setattr(results_tables, "H100", tmp_path)
+    table = results_tables.algorithm_choice()
+    lines = table.splitlines()
+    assert lines[2].startswith("| PPO | as profiled | 10.0 | 10 | 0.0 | 60.0 | 40.0 |")
+    # simulation: 5 s of 5 s corrected; at its low end (4.5 s) against the rest's high end (0.5 s): 90%
+    assert lines[3].startswith("| PPO | corrected [low–high] | 5.0 | 20 | 0.0 [0.0–0.0] | 100.0 [90.0–100.0] |")
+    assert lines[4].startswith("| SAC | as profiled |") and "SAC | corrected" not in table
+    assert "As profiled only (no calibration on the machine that ran them): SAC." in table
+    assert f"PPO (backpropagation CUDA API): {OVERCORRECTED}" in table
