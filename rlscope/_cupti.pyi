@@ -51,3 +51,12 @@ class Tracer:
         ``buffer_processing``."""
     def hooks(self) -> Any:
         """Capsule of the external-correlation push/pop functions."""
+
+class Floor:
+    """A bare CUPTI client: the tracer's GPU activity kinds, buffers freed unread, and with ``api``
+    the runtime and driver API callbacks enabled doing nothing (bench/gpu_overhead.py's floor)."""
+    def __init__(self, buffer_bytes: int = 8388608) -> None: ...
+    def start(self, api: bool, untraced_apis: list[str] = ...) -> dict[str, Any]:
+        """Attach and enable: ``{"ok": True}``, or ``{"ok": False, "error", "step"}``."""
+    def stop(self) -> dict[str, Any]:
+        """Every kind off, buffers flushed and freed, CUPTI detached: ``{buffers, bytes, dropped, cupti_attached}``."""

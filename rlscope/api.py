@@ -120,13 +120,18 @@ def enabled() -> bool:
 @contextlib.contextmanager
 def profile(directory: str | os.PathLike[str] | None = None, *, process: str | None = None,
             phase: str | None = None, transitions: bool | None = None,
-            targets: dict[str, str] | None = None, gpu: bool | str | None = None) -> Iterator[None]:
+            targets: dict[str, str] | None = None, gpu: bool | str | None = None,
+            sample: bool | str | dict[str, int] | None = None) -> Iterator[None]:
     """Profile the block into ``directory``.
 
     ``targets`` adds modules whose calls count as transitions, e.g. ``{"mysim": "simulator"}``
     (prefix match on the module name; categories ``backend`` or ``simulator``). ``gpu=False``
     skips GPU collection (CUPTI and NVML); by default it runs wherever a GPU is visible, and
     ``gpu="runtime,kernels"`` traces a subset of runtime API, driver API and kernels/copies.
+    ``sample=True`` (or ``"window=20,block=500,warmup=50,settle=2,seed=1"``, or a dict of those)
+    records every iteration's wall time but everything else only in windows of ``window``
+    iterations, one at a random place in each block of ``block``: for long runs
+    (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the shares with intervals).
 
     Under ``rlscope prof`` the process is already being profiled into the directory it chose:
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
@@ -146,7 +151,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     from rlscope.collect.session import start_session
 
     spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
-    session = start_session(Path(directory), process, phase, transitions, spec, gpu)
+    session = start_session(Path(directory), process, phase, transitions, spec, gpu, sample)
     _bind(session)
     try:
         yield

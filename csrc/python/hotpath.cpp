@@ -9,6 +9,7 @@
 #include <Python.h>
 #include <pythread.h>
 
+#include <algorithm>
 #include <cstdint>
 #include <unordered_map>
 #include <vector>
@@ -178,10 +179,11 @@ struct Stepper {
     Operations *ops = nullptr;
     nb::object phase;       // the phase the iterations belong to
     nb::object callback;    // instead of recording: a Python callable (an uninstrumented run's first step)
-    nb::object on_window;   // alternating windows: on_window(start_ns, end_ns, iterations) once one is over
+    nb::object on_window;   // windows: on_window(start_ns, end_ns, iterations) once one is over
     int64_t window_ns = 0;
     int64_t window_start = -1;  // -1: before the first step
     int64_t iterations = 0;
+    int64_t countdown = 0;  // > 0: the window is over after this many more steps (on_window returned it)
 };
 Stepper g_stepper;
 
@@ -194,13 +196,16 @@ void step_now() {
     s.ops->step(s.phase);
     if (!s.on_window.is_valid() || s.on_window.is_none()) return;
     ++s.iterations;
+    if (s.countdown > 0 && --s.countdown > 0) return;
     const int64_t now = now_ns();
-    if (s.window_start >= 0 && now - s.window_start < s.window_ns) return;
+    if (s.countdown == 0 && s.window_start >= 0 && now - s.window_start < s.window_ns) return;
     nb::object on_window = s.on_window;  // the callback may rebind the stepper
-    on_window(s.window_start, now, s.iterations);
+    nb::object next = on_window(s.window_start, now, s.iterations);
     if (g_stepper.on_window.is(on_window)) {
         g_stepper.window_start = now_ns();  // switching layers is in no window
         g_stepper.iterations = 0;
+        // An int: the next window is over after that many steps; None: after window_ms.
+        g_stepper.countdown = next.is_none() ? 0 : std::max<int64_t>(1, nb::cast<int64_t>(next));
     }
 }
 
@@ -271,7 +276,8 @@ NB_MODULE(_hotpath, m) {
     m.def("bind_step", &bind_step, "ops"_a.none() = nb::none(), "phase"_a.none() = nb::none(),
           "callback"_a.none() = nb::none(), "on_window"_a.none() = nb::none(), "window_ms"_a = 0.0,
           "What step() does from now on: record an iteration in ``ops`` under ``phase`` (calling "
-          "``on_window(start_ns, end_ns, iterations)`` whenever ``window_ms`` have passed), call "
+          "``on_window(start_ns, end_ns, iterations)`` whenever ``window_ms`` have passed, or once as many "
+          "steps as its last call returned, if an int), call "
           "``callback``, or (no arguments) nothing.");
     // Drop the references at interpreter exit, while Python objects may still be released.
     nb::module_::import_("atexit").attr("register")(nb::cpp_function([]() { g_stepper = Stepper(); }));

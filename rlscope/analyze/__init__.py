@@ -10,6 +10,7 @@ import pandas as pd
 from rlscope.analyze.attribution import attribute_gpu, read_attributed
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
+from rlscope.analyze.sampled import SAMPLED_COLUMNS, analyze_sampled, is_sampled
 from rlscope.errors import ResultsError
 from rlscope.files import write_atomic
 from rlscope.trace.reader import ProcessTrace, read_trace
@@ -18,7 +19,7 @@ __all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_table
            "transitions", "ANALYSIS_DIR", "TABLES"]
 
 ANALYSIS_DIR = "analysis"
-TABLES = ("breakdown", "transitions", "gpu", "utilisation")
+TABLES = ("breakdown", "transitions", "gpu", "utilisation", "sampled")
 
 
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
@@ -28,16 +29,20 @@ def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.D
 
 
 def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
-    """Every table over ``processes``: breakdown, transitions, gpu (work per operation) and
-    utilisation (GPU-bound vs NVML over time); the last two are empty for a trace without GPU
-    activity."""
+    """Every table over ``processes``: breakdown, transitions, gpu (work per operation),
+    utilisation (GPU-bound vs NVML over time; these two are empty for a trace without GPU
+    activity) and sampled (the shares of sampled processes, with intervals: ``analyze.sampled``;
+    empty for others). A sampled process's breakdown and transitions are of its windows."""
     processes = [attribute_gpu(p) for p in processes]  # once; a no-op for processes already attributed
-    tables = [analyze_process(p) for p in processes]
+    tables = [analyze_sampled(p, analyze_process) if is_sampled(p) else (*analyze_process(p), None)
+              for p in processes]
+    sampled = [s for _, _, s in tables if s is not None]
     return {
-        "breakdown": pd.concat([b for b, _ in tables], ignore_index=True),
-        "transitions": pd.concat([t for _, t in tables], ignore_index=True),
+        "breakdown": pd.concat([b for b, _, _ in tables], ignore_index=True),
+        "transitions": pd.concat([t for _, t, _ in tables], ignore_index=True),
         "gpu": pd.concat([gpu_by_operation(p) for p in processes], ignore_index=True),
         "utilisation": pd.concat([utilisation_timeline(p) for p in processes], ignore_index=True),
+        "sampled": pd.concat(sampled, ignore_index=True) if sampled else pd.DataFrame(columns=SAMPLED_COLUMNS),
     }
 
 

@@ -19,6 +19,7 @@ from rlscope.collect.environment import (
     ENV_DIRECTORY,
     ENV_GPU,
     ENV_PROCESS,
+    ENV_SAMPLE,
     ENV_TARGETS,
     ENV_TRANSITIONS,
     ENV_UNTIL_FIRST_STEP,
@@ -26,6 +27,7 @@ from rlscope.collect.environment import (
     ENV_WINDOWS,
 )
 from rlscope.collect.python import parse_targets
+from rlscope.collect.sampling import SAMPLES_FILE, parse_sample
 from rlscope.errors import RlscopeError
 from rlscope.collect.windows import WINDOWS_FILE
 from rlscope.outputs import only_files
@@ -37,7 +39,7 @@ __all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 # What a profiled process writes into its folder of a trace.
 PROCESS_FILES = frozenset({META_FILE, EVENTS_FILE, GPU_ROWS_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE,
-                           GPU_NAMES_CRC_FILE, UTILISATION_FILE, WINDOWS_FILE})
+                           GPU_NAMES_CRC_FILE, UTILISATION_FILE, WINDOWS_FILE, SAMPLES_FILE})
 
 
 def default_output(command: list[str], kind: str) -> Path:
@@ -75,13 +77,15 @@ def is_trace_part(path: Path) -> bool:
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
                  gpu: bool | str = True, process: str | None = None, targets: list[str] | None = None,
                  wall_only: bool = False, until_first_step: bool = False, windows: str | None = None,
-                 stdout: Any = None, timeout_s: float | None = None) -> tuple[Path, int]:
+                 sample: str | None = None, stdout: Any = None, timeout_s: float | None = None) -> tuple[Path, int]:
     """Run ``command`` under profiling; return the trace directory and the command's exit code.
 
     ``gpu``: True, False, or the GPU layers to trace ("runtime,kernels"); ``wall_only``: record
     nothing but each process's wall time (the uninstrumented baseline of calibration);
     ``until_first_step``: end the command at its first ``rlscope.step()`` (calibration's start-up runs);
     ``windows``: switch layers on and off as the command runs (``rlscope.collect.windows``);
+    ``sample``: record everything only in sampled windows (``rlscope.collect.sampling``: a spec such
+    as "window=20,block=500", or "" for the defaults);
     ``stdout``: where the command's output goes (both streams), default the terminal;
     ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
     """
@@ -89,6 +93,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
         raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
     target_spec = ",".join(targets or [])
     parse_targets(target_spec)  # a typo is reported now, not once per child process
+    if sample is not None:
+        parse_sample(sample)  # the same
     if output_dir is None:
         output_dir = default_output(command, "traces")
     output_dir = output_dir.resolve()
@@ -104,6 +110,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
         env[ENV_UNTIL_FIRST_STEP] = "1"
     if windows:
         env[ENV_WINDOWS] = windows
+    if sample is not None:
+        env[ENV_SAMPLE] = sample or "on"
     if process:
         env[ENV_PROCESS] = process
     if target_spec:

@@ -14,16 +14,18 @@ import threading
 import time
 from collections.abc import Mapping
 from pathlib import Path
+from typing import Any
 
 from rlscope import _hotpath, recorder
 from rlscope._version import __version__
 from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
-                                         ENV_WINDOWS)
+                                         ENV_SAMPLE, ENV_WINDOWS)
 from rlscope.collect.cupti import GpuCollector
 from rlscope.collect.flusher import Flusher, flush_interval_s
 from rlscope.collect.gpu_layers import parse_gpu_layers
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
+from rlscope.collect.sampling import SampledWindows, SampleSpec, parse_sample
 from rlscope.collect.unseen import UNSEEN_CALLS, unseen_targets
 from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
@@ -99,7 +101,8 @@ class WallClock:
 class Session:
     def __init__(self, directory: str | Path, process: str | None = None, phase: str | None = None,
                  transitions: bool = True, targets: Mapping[str, Category] | None = None,
-                 gpu: bool | str | None = None, chunk_events: int = 1 << 16) -> None:
+                 gpu: bool | str | None = None, chunk_events: int = 1 << 16,
+                 sample: SampleSpec | None = None) -> None:
         self.root = Path(directory)
         self.process = process or _process_name()
         self.phase = phase or DEFAULT_PHASE
@@ -110,7 +113,8 @@ class Session:
         self._collector: TransitionCollector | None = None
         self._gpu: GpuCollector | None = None
         self._sampler: UtilisationSampler | None = None
-        self._windows: AlternatingWindows | None = None
+        self.sample = sample
+        self._windows: AlternatingWindows | SampledWindows | None = None
         self._flusher: Flusher | None = None
         self._until_first_step = False
         self._forked = False
@@ -169,6 +173,9 @@ class Session:
             self._collector.start()
         if spec := os.environ.get(ENV_WINDOWS):  # calibration: layers switched on and off as it runs
             self._windows = AlternatingWindows(self, *parse_windows(spec))
+        elif self.sample is not None:  # a long run: everything only in sampled windows
+            self._windows = SampledWindows(self, self.sample)
+            self._meta["sample"] = self.sample.text()
         # calibration: the process ends at its first rlscope.step() (a profiled start-up, timed)
         self._until_first_step = os.environ.get(ENV_UNTIL_FIRST_STEP) == "1"
         if flush_interval < float("inf"):  # events written within about a second (collect.flusher)
@@ -307,7 +314,7 @@ class Session:
             _hotpath.bind_step(self._ops, self.phase, on_window=self._end_at_first_step, window_ms=0.0)
             return
         _hotpath.bind_step(self._ops, self.phase, on_window=windows.on_window if windows else None,
-                           window_ms=windows.window_ms if windows else 0.0)
+                           window_ms=getattr(windows, "window_ms", 0.0))  # sampled windows count steps
 
     def _end_at_first_step(self, start_ns: int, end_ns: int, iterations: int) -> None:
         """Stop profiling (the trace holds the start-up and a first iteration ending here) and end
@@ -318,13 +325,18 @@ class Session:
 
 
 def start_session(directory: Path, process: str | None = None, phase: str | None = None,
-                  transitions: bool | None = None, targets: str = "", gpu: bool | str | None = None) -> Session:
+                  transitions: bool | None = None, targets: str = "", gpu: bool | str | None = None,
+                  sample: Any = None) -> Session:
     """Start profiling this process into ``directory``; what the arguments leave open comes from
-    the environment `rlscope prof` sets (``ENV_PROCESS``, ``ENV_TRANSITIONS``, ``ENV_TARGETS``)."""
+    the environment `rlscope prof` sets (``ENV_PROCESS``, ``ENV_TRANSITIONS``, ``ENV_TARGETS``,
+    ``ENV_SAMPLE``). ``sample``: see ``rlscope.collect.sampling.parse_sample`` (None or False: no sampling)."""
     if transitions is None:
         transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
     extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
+    if sample is None:
+        sample = os.environ.get(ENV_SAMPLE) or None
     session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
-                      transitions=transitions, targets=extra, gpu=gpu)
+                      transitions=transitions, targets=extra, gpu=gpu,
+                      sample=parse_sample(sample) if sample not in (None, False) else None)
     session.start()
     return session

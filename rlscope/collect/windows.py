@@ -50,7 +50,7 @@ from rlscope import recorder
 from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 
-__all__ = ["LEVELS", "WINDOWS_FILE", "AlternatingWindows", "parse_windows", "format_windows"]
+__all__ = ["LEVELS", "WINDOWS_FILE", "AlternatingWindows", "LayerSwitch", "parse_windows", "format_windows"]
 
 LEVELS = ("off", "annotations", "transitions", "cuda_api", "gpu_activities")
 WINDOWS_FILE = "windows.json"
@@ -74,21 +74,68 @@ def format_windows(window_ms: float, levels: list[str]) -> str:
     return f"{window_ms:g}:{','.join(levels)}"
 
 
+class LayerSwitch:
+    """Switches a session's layers to one of ``LEVELS`` at an iteration boundary (alternating
+    windows here, sampled windows in ``rlscope.collect.sampling``). ``apply`` returns whether
+    the switch leaves a cost on the iterations that run next (see above): the caller does not
+    count those."""
+
+    settle_after_gpu_switch = True  # the window after a CUPTI switch carries the switch's cost
+
+    def __init__(self, session: Any) -> None:
+        self.session = session
+        self.level = len(LEVELS) - 1  # a session starts with everything on
+        self.annotations_switched: bool | None = None  # decided at the first switch
+
+    def decide_annotations(self) -> bool:
+        """Whether annotations can be switched: only where the calling thread has no operation
+        open at the first switch (a loop inside an annotated operation keeps them on)."""
+        if self.annotations_switched is None:
+            self.annotations_switched = not self.session._ops.current_stack()
+        return self.annotations_switched
+
+    def apply(self, level: int) -> bool:
+        session = self.session
+        annotate = level >= 1 or not self.decide_annotations() or bool(session._ops.current_stack())
+        recorder.annotate_into(session if annotate else None)
+        settling = False
+        collector = session._collector
+        if collector is not None and (level >= 2) != (self.level >= 2):
+            if level >= 2:
+                collector.resume()
+            else:
+                collector.suspend()
+            settling = collector.switch_leaves_cost
+        gpu = session._gpu
+        if gpu is not None and ((level >= 3) != (self.level >= 3) or (level >= 4) != (self.level >= 4)):
+            gpu.record(api=level >= 3, gpu=level >= 4)
+            settling = settling or self.settle_after_gpu_switch
+        self.level = 1 if annotate and level == 0 else level
+        return settling
+
+    def restore(self) -> None:
+        """Everything back on (a session's end: its last layers' state is what it stops from)."""
+        if self.level < 2 and self.session._collector is not None:
+            self.session._collector.resume()
+        if self.level < 4 and self.session._gpu is not None:
+            self.session._gpu.record(api=True, gpu=True)
+        self.level = len(LEVELS) - 1
+        if recorder.bound() is self.session:  # still profiling (not stopping through the API)
+            recorder.annotate_into(self.session)
+
+
 class AlternatingWindows:
     """Switches a session's layers at iteration boundaries. The native ``rlscope.step()`` counts
     the iterations and calls ``on_window`` once a window has lasted ``window_ms``, so a step
     costs the same in every window and the switching itself falls in none."""
-
-    settle_after_gpu_switch = True  # leave out the window after a CUPTI switch (its cost is the switch's)
 
     def __init__(self, session: Any, window_ms: float, levels: list[int]) -> None:
         self.session = session
         self.window_ms = window_ms
         self.cycle = levels + levels[::-1]
         self.windows: list[list[int]] = []
-        self.annotations_switched: bool | None = None  # decided at the first boundary
+        self.switch = LayerSwitch(session)
         self._position = -1  # index into cycle of the open window; -1: before the first step()
-        self._level = len(LEVELS) - 1
         self._settling = False  # the open window follows a switch that leaves a cost
         self.settled = 0  # windows left out for that
 
@@ -101,44 +148,22 @@ class AlternatingWindows:
             self.settled += 1
             return
         if self._position >= 0:
-            self.windows.append([self._level, start_ns, end_ns, iterations])
+            self.windows.append([self.switch.level, start_ns, end_ns, iterations])
         self._position = (self._position + 1) % len(self.cycle)
         self._apply(self.cycle[self._position])
 
     def _apply(self, level: int) -> None:
-        session = self.session
-        if self.annotations_switched is None:
-            self.annotations_switched = not session._ops.current_stack()
-            if not self.annotations_switched:  # "off" is "annotations" then
-                levels = sorted({max(lv, 1) for lv in self.cycle})
-                self.cycle = levels + levels[::-1] if len(levels) > 1 else [1, 2, 2, 1]
-                self._position = 0
-                level = self.cycle[0]
-        annotate = level >= 1 or not self.annotations_switched or bool(session._ops.current_stack())
-        recorder.annotate_into(session if annotate else None)
-        collector = session._collector
-        if collector is not None and (level >= 2) != (self._level >= 2):
-            if level >= 2:
-                collector.resume()
-            else:
-                collector.suspend()
-            self._settling = collector.switch_leaves_cost
-        gpu = session._gpu
-        if gpu is not None and ((level >= 3) != (self._level >= 3) or (level >= 4) != (self._level >= 4)):
-            gpu.record(api=level >= 3, gpu=level >= 4)
-            self._settling = self._settling or self.settle_after_gpu_switch
-        self._level = (1 if annotate and level == 0 else level)
+        if self.switch.annotations_switched is None and not self.switch.decide_annotations():
+            levels = sorted({max(lv, 1) for lv in self.cycle})  # "off" is "annotations" then
+            self.cycle = levels + levels[::-1] if len(levels) > 1 else [1, 2, 2, 1]
+            self._position = 0
+            level = self.cycle[0]
+        self._settling = self.switch.apply(level)
 
     def close(self, directory: Path) -> None:
         """Switch everything back on and write the complete windows."""
-        if self._level < 2 and self.session._collector is not None:
-            self.session._collector.resume()
-        if self._level < 4 and self.session._gpu is not None:
-            self.session._gpu.record(api=True, gpu=True)
-        self._level = len(LEVELS) - 1
-        if recorder.bound() is self.session:  # still profiling (not stopping through the API)
-            recorder.annotate_into(self.session)
+        self.switch.restore()
         write_json_atomic(directory / WINDOWS_FILE, {
             "levels": list(LEVELS), "window_ns": int(self.window_ms * 1e6),
-            "annotations_switched": bool(self.annotations_switched), "settled": self.settled,
+            "annotations_switched": bool(self.switch.annotations_switched), "settled": self.settled,
             "windows": self.windows})

@@ -1,0 +1,213 @@
+"""Shares of a sampled run: ratio estimates over its windows, with intervals, and its phases.
+
+A sampled session (``rlscope.profile(sample=...)``, ``rlscope.collect.sampling``) records every
+iteration's wall time, but everything else only inside windows of a few iterations, one window
+placed at random in each block of iterations. So each window ``i`` gives, per operation and
+resource, the time ``y_i`` spent there over the window's wall time ``x_i``; the run's share is
+the ratio estimate ``R = sum(y) / sum(x)``, and its time over the whole run is ``R`` times the
+total iteration time, which every iteration's recorded wall time gives exactly.
+
+The interval: ``R``'s variance to first order is that of the residuals ``d_i = y_i - R x_i``
+(``n s_d^2 / sum(x)^2``). One window per block is a systematic sample with a random start in
+each stratum, for which the plain variance of ``d`` overstates the error wherever the run
+drifts slowly and understates nothing; the successive-difference estimator
+``s_d^2 = sum((d_{i+1} - d_i)^2) / (2 (n - 1))`` takes only differences of neighbouring windows,
+so a slow trend (warming caches, a learning rate schedule, a growing replay buffer) cancels out
+of it. A change of phase shows as one large difference, which the per-segment estimates
+(``phases``) then keep apart.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+from collections.abc import Callable
+
+import numpy as np
+import pandas as pd
+
+from rlscope.errors import TraceError
+from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.schema import Kind
+
+__all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "ShareEstimate", "ratio_estimate", "successive_difference_variance",
+           "phases", "is_sampled", "analyze_sampled"]
+
+SAMPLES_FILE = "samples.json"  # written by rlscope.collect.sampling (which analyze may not import)
+SAMPLED_COLUMNS = ["process", "segment", "first_iteration", "operation", "resources", "share", "share_low",
+                   "share_high", "seconds", "seconds_low", "seconds_high", "windows", "flagged_windows"]
+# CUPTI's own records that make a window unlike the others: kernels being instrumented or loaded.
+_LOADING = ("overhead: CUPTI instrumentation", "overhead: module loading", "overhead: lazy function loading")
+
+Z95 = 1.959963984540054  # the standard normal's 97.5% quantile
+
+
+@dataclasses.dataclass(frozen=True)
+class ShareEstimate:
+    """A share of the iteration time over a run's windows, its 95% interval, and that share
+    of the whole run's iteration time (``seconds``, with the same interval scaled)."""
+
+    share: float
+    low: float
+    high: float
+    seconds: float
+    seconds_low: float
+    seconds_high: float
+    windows: int
+
+
+def successive_difference_variance(values: np.ndarray) -> float:
+    """``sum((v[i+1] - v[i])^2) / (2 (n - 1))``: the variance of ``values`` with a slow trend
+    left out (von Neumann's estimator); nan for fewer than two values."""
+    values = np.asarray(values, dtype=np.float64)
+    if len(values) < 2:
+        return math.nan
+    return float(np.sum(np.diff(values) ** 2) / (2 * (len(values) - 1)))
+
+
+def ratio_estimate(part_ns: np.ndarray, window_ns: np.ndarray, total_ns: float) -> ShareEstimate:
+    """The share ``sum(part_ns) / sum(window_ns)`` over the windows, in order of time, with its
+    95% interval (successive-difference variance of the linearised residuals; clipped to [0, 1]),
+    and scaled to ``total_ns``, the run's whole iteration time. One window gives no interval
+    (nan bounds)."""
+    y = np.asarray(part_ns, dtype=np.float64)
+    x = np.asarray(window_ns, dtype=np.float64)
+    if len(y) != len(x) or not len(x) or x.sum() <= 0:
+        raise ValueError("ratio_estimate needs as many parts as windows, and windows of some length")
+    share = float(y.sum() / x.sum())
+    half = Z95 * math.sqrt(len(x) * successive_difference_variance(y - share * x)) / float(x.sum())
+    low, high = (max(0.0, share - half), min(1.0, share + half)) if not math.isnan(half) else (math.nan, math.nan)
+    seconds = total_ns / 1e9
+    return ShareEstimate(share, low, high, share * seconds, low * seconds, high * seconds, len(x))
+
+
+def phases(shares: np.ndarray, min_windows: int = 5) -> list[int]:
+    """Where a run's shares change level: the indices of the windows that start a new phase
+    (0 first), found by PELT (``ruptures``) on the windows' shares (rows: windows in order of
+    time, columns: the operation x resource shares), a squared-error cost and a penalty of
+    ``2 log(n)`` times the noise variance per column, itself estimated from successive
+    differences so that the changes being looked for do not inflate it. A phase is at least
+    ``min_windows`` long."""
+    import ruptures
+
+    data = np.asarray(shares, dtype=np.float64)
+    if data.ndim == 1:
+        data = data[:, None]
+    n = len(data)
+    if n < 2 * min_windows:
+        return [0]
+    noise = np.array([successive_difference_variance(column) for column in data.T])
+    scale = np.sqrt(np.where(noise > 0, noise, 1.0))
+    normalised = (data - data.mean(axis=0)) / scale
+    penalty = 2.0 * math.log(n) * data.shape[1]
+    ends = ruptures.Pelt(model="l2", min_size=min_windows, jump=1).fit(normalised).predict(pen=penalty)
+    return [0] + [int(e) for e in ends[:-1]]
+
+
+def is_sampled(trace: ProcessTrace) -> bool:
+    return (trace.directory / SAMPLES_FILE).is_file()
+
+
+def _windows(trace: ProcessTrace) -> tuple[list[list[int]], dict]:
+    path = trace.directory / SAMPLES_FILE
+    try:
+        saved = json.loads(path.read_text())
+        windows = [[int(v) for v in w] for w in saved["windows"]]
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TraceError(f"{path}: unreadable sampled windows ({err}); profile the run again") from err
+    return windows, saved.get("spec", {})
+
+
+def _in_window(trace: ProcessTrace, start_ns: int, end_ns: int) -> ProcessTrace:
+    """The trace cut to one window: its events that overlap it, clipped to it (phases too), and
+    of the iterations those that end inside it (a step row runs from one ``rlscope.step()`` to
+    the next, so the one that ends where the window starts is the iteration before it)."""
+    ev = trace.events
+    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+    keep = (starts < end_ns) & (ends > start_ns)
+    is_step = ev["kind"].to_numpy() == int(Kind.STEP)
+    keep &= ~is_step | ((ends > start_ns) & (ends <= end_ns))
+    cut = ev[keep].copy()
+    cut["start_ns"] = cut["start_ns"].clip(lower=start_ns)
+    cut["end_ns"] = cut["end_ns"].clip(upper=end_ns)
+    return dataclasses.replace(trace, meta={**trace.meta, "start_ns": start_ns, "end_ns": end_ns},
+                               events=cut.reset_index(drop=True))
+
+
+def _iteration_ns(trace: ProcessTrace) -> np.ndarray:
+    """Every iteration's wall time, in order (the step rows, which a sampled run records always)."""
+    ev = trace.events
+    steps = ev[ev["kind"] == int(Kind.STEP)].sort_values("start_ns")
+    return (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
+
+
+def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
+    """Per window, why it may be unlike the others: a kernel first seen there (after the first
+    window: its launch paid for loading it), or CUPTI instrumenting or loading code in it."""
+    ev = trace.events
+    kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)]
+    first_seen = kernels.groupby("name", observed=True)["start_ns"].min()
+    overhead = ev[(ev["kind"] == int(Kind.PROFILER_OVERHEAD)) & ev["name"].isin(_LOADING)]
+    flags = []
+    for i, (_, start, end, _) in enumerate(windows):
+        why = []
+        if i and ((first_seen >= start) & (first_seen < end)).any():
+            why.append("new kernels")
+        if ((overhead["start_ns"] < end) & (overhead["end_ns"] > start)).any():
+            why.append("CUPTI loading or instrumenting code")
+        flags.append("; ".join(why))
+    return flags
+
+
+def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace], tuple[pd.DataFrame, pd.DataFrame]]
+                    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+    """A sampled process's (breakdown, transitions, sampled) tables. The first two are of what the
+    windows measured (``analyze_process`` of each window, summed: per iteration, transitions count
+    the windows' iterations only). ``sampled`` gives per phase of the run (``phases``), operation
+    and resources the ratio estimate of the share of iteration time, its 95% interval, and that
+    share of the run's whole iteration time, from the windows; windows flagged as unlike the
+    others (``_flags``) are counted in it and reported in ``flagged_windows``."""
+    windows, spec = _windows(trace)
+    if not windows:
+        raise TraceError(f"{trace.directory / SAMPLES_FILE}: no complete sampled window; the run ended before its "
+                         f"first (warmup {spec.get('warmup')} iterations, then one window per {spec.get('block')}): "
+                         "run longer, or sample with a smaller warmup and block")
+    parts = [analyze_process(_in_window(trace, start, end)) for _, start, end, _ in windows]
+    breakdowns = []
+    for i, (frame, _) in enumerate(parts):
+        breakdowns.append(frame.assign(window=i))
+    per_window = pd.concat(breakdowns, ignore_index=True)
+    keys = ["process", "thread", "phase", "operation", "cpu", "gpu", "resources"]
+    breakdown = per_window.groupby(keys, as_index=False, sort=False).agg(
+        time_ns=("time_ns", "sum"), caveat=("caveat", "first"))
+    breakdown["time_s"] = breakdown["time_ns"] / 1e9
+    moves = pd.concat([t for _, t in parts], ignore_index=True)
+    transitions = moves.groupby(["process", "thread", "phase", "operation", "transition"], as_index=False,
+                                sort=False).agg(count=("count", "sum"), iterations=("iterations", "sum"),
+                                                caveat=("caveat", "first"))
+    transitions["per_iteration"] = transitions["count"] / transitions["iterations"].where(transitions["iterations"] > 0)
+
+    main = per_window[per_window["thread"] == "main"]
+    y = main.pivot_table(index="window", columns=["operation", "resources"], values="time_ns", aggfunc="sum",
+                         fill_value=0).reindex(range(len(windows)), fill_value=0)
+    x = np.array([end - start for _, start, end, _ in windows], dtype=np.float64)
+    shares = y.to_numpy(dtype=np.float64) / x[:, None]
+    starts = phases(shares)
+    iteration_ns = _iteration_ns(trace)
+    flags = _flags(trace, windows)
+    rows = []
+    for segment, (first, stop) in enumerate(zip(starts, starts[1:] + [len(windows)])):
+        seg_x = x[first:stop]
+        # the segment's iterations: from the warm-up's end (or where its first window's block
+        # begins) to where the next segment's does
+        begin = int(spec.get("warmup", 0)) if segment == 0 else windows[first][0]
+        end = windows[stop][0] if stop < len(windows) else len(iteration_ns)
+        seg_total = float(iteration_ns[begin:end].sum())
+        flagged = sum(bool(f) for f in flags[first:stop])
+        for (operation, resources), column in y.items():
+            est = ratio_estimate(column.to_numpy()[first:stop], seg_x, seg_total)
+            rows.append((trace.process, segment, windows[first][0], operation, resources, est.share, est.low,
+                         est.high, est.seconds, est.seconds_low, est.seconds_high, est.windows, flagged))
+    sampled = pd.DataFrame(rows, columns=SAMPLED_COLUMNS)
+    return breakdown, transitions, sampled

@@ -1,0 +1,159 @@
+"""Sampled sessions: full collection in short windows placed at random, for runs of hours.
+
+Full tracing writes every event; a training loop of 5 ms iterations with a thousand GPU events
+each would write tens of GB an hour, and pay CUPTI's per-event cost all along. A sampled session
+(``rlscope.profile(sample=...)``, ``rlscope prof --sample``) instead records every iteration's
+wall time (the ``rlscope.step()`` rows, always) and everything else only inside windows of
+``window`` iterations, on average one per ``block`` iterations, after ``warmup`` iterations that
+are never sampled (start-up: compilation, allocator growth, the first launches of each kernel).
+
+The gap between one window's end and the next window's start is drawn uniformly from 1 to
+``2 (block - window) - 1`` iterations, so windows never line up with anything periodic in the loop
+(an evaluation every 100 iterations, a target-network update every 1,000), and every iteration
+is measured with the same probability, ``(window - settle) / block``: what makes the shares'
+ratio estimate unbiased. One window at a uniform place inside each fixed block does not do
+that: an iteration near a block's edge falls in fewer of the possible windows than one in its
+middle, and an evaluation every 100 iterations with blocks of 200 was then seen in 5.8% of the
+windows instead of 10%, which moved a share's estimate by 2.4 times its standard error
+(tests/test_sampled.py, with this schedule: 95% of the intervals cover). The first ``settle``
+iterations of each window are recorded but left out of its time (``rlscope.analyze.sampled``):
+switching CUPTI's recording on slows the launches that follow it for a while.
+
+Between windows the layers are off as in calibration's ``off`` level (``rlscope.collect.windows``):
+annotations are no-ops, the transition hooks are out and CUPTI records nothing, but stays
+attached. Detaching between windows (``cuptiFinalize``, then subscribing again) would also drop
+what an attached CUPTI costs each CUDA call, but hundreds of detaches a run crashed processes
+whose XLA threads were inside CUDA at the time (``windows.py``); a profiler that may crash the
+run it watches is not one to leave on for hours.
+
+``samples.json`` beside the events lists every window: ``[first_iteration, start_ns, end_ns,
+iterations]`` of its measured part (after settling), and the schedule it was drawn from.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import random
+from pathlib import Path
+from typing import Any
+
+from rlscope.collect.windows import LEVELS, LayerSwitch
+from rlscope.errors import RlscopeError
+from rlscope.files import write_json_atomic
+
+__all__ = ["SAMPLES_FILE", "SampleSpec", "SampledWindows", "parse_sample", "window_starts"]
+
+SAMPLES_FILE = "samples.json"
+_OFF, _ALL = 0, len(LEVELS) - 1
+
+
+@dataclasses.dataclass(frozen=True)
+class SampleSpec:
+    """Windows of ``window`` iterations (their first ``settle`` left out), on average one per
+    ``block`` iterations at random places, after ``warmup`` iterations; ``seed`` fixes the places."""
+
+    window: int = 20
+    block: int = 500
+    warmup: int = 50
+    settle: int = 2
+    seed: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.window < 1 or self.block < 1 or self.warmup < 0 or self.settle < 0:
+            raise RlscopeError(f"sample {self.text()}: window and block must be at least 1, warmup and settle "
+                               "at least 0")
+        if self.settle >= self.window:
+            raise RlscopeError(f"sample {self.text()}: settle ({self.settle}) must be shorter than the window "
+                               f"({self.window}), or no iteration of a window is measured")
+        if self.window >= self.block:
+            raise RlscopeError(f"sample {self.text()}: a window ({self.window}) must be shorter than a block "
+                               f"({self.block}); for everything, profile without sampling")
+
+    def text(self) -> str:
+        fields = dataclasses.asdict(self)
+        return ",".join(f"{k}={v}" for k, v in fields.items() if v is not None)
+
+
+def parse_sample(spec: str | bool | SampleSpec | dict[str, Any]) -> SampleSpec:
+    """``True`` (the defaults), a ``SampleSpec``, a dict of its fields, or ``"window=20,block=500"``
+    (fields left out keep their defaults)."""
+    if isinstance(spec, SampleSpec):
+        return spec
+    if spec is True or spec in ("", "1", "on"):
+        return SampleSpec()
+    if isinstance(spec, dict):
+        fields = spec
+    else:
+        fields = {}
+        for part in str(spec).split(","):
+            key, sep, value = part.partition("=")
+            if not sep or not value.strip().lstrip("-").isdigit():
+                raise RlscopeError(f"sample {spec!r}: expected NAME=INTEGER,... with names from "
+                                   f"{', '.join(f.name for f in dataclasses.fields(SampleSpec))}, "
+                                   "e.g. window=20,block=500")
+            fields[key.strip()] = int(value)
+    known = {f.name for f in dataclasses.fields(SampleSpec)}
+    if unknown := sorted(set(fields) - known):
+        raise RlscopeError(f"sample {spec!r}: unknown {', '.join(unknown)}; use {', '.join(sorted(known))}")
+    return SampleSpec(**fields)
+
+
+def _gap(rng: random.Random, spec: SampleSpec) -> int:
+    """Iterations from the end of one window (or of the warm-up) to the start of the next."""
+    return rng.randint(1, 2 * (spec.block - spec.window) - 1)
+
+
+def window_starts(spec: SampleSpec, windows: int) -> list[int]:
+    """The first iteration of each of the first ``windows`` windows (counted in ``rlscope.step()``
+    calls), as ``SampledWindows`` draws them."""
+    rng = random.Random(spec.seed)
+    starts = [max(spec.warmup, 1) + _gap(rng, spec)]  # the first step() is the first a window can follow
+    while len(starts) < windows:
+        starts.append(starts[-1] + spec.window + _gap(rng, spec))
+    return starts
+
+
+class SampledWindows:
+    """Drives a session's layers from ``rlscope.step()``: the native step calls ``on_window``
+    with the stretch since its last call, and the int it returns is how many steps until the
+    next call (``bind_step``), so the schedule costs nothing between switches."""
+
+    def __init__(self, session: Any, spec: SampleSpec) -> None:
+        self.session = session
+        self.spec = spec
+        self.switch = LayerSwitch(session)
+        self.windows: list[list[int]] = []
+        self._rng = random.Random(spec.seed)
+        self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec)  # as window_starts draws them
+        self._iteration = 0  # steps seen so far
+        self._state = "start"  # start -> off -> settling -> measuring -> off ...
+        self._window_first = 0
+
+    def on_window(self, start_ns: int, end_ns: int, iterations: int) -> int:
+        """The stretch since the last call (``start_ns`` -1 at the first, at the end of the first
+        step) ended after ``iterations`` steps: switch, and say after how many steps to call again."""
+        self._iteration += iterations  # steps so far
+        if self._state == "measuring":
+            self.windows.append([self._window_first, start_ns, end_ns, iterations])
+        if self._state in ("start", "measuring"):
+            self.switch.apply(_OFF)
+            if self._state == "measuring":
+                self._next_start = self._iteration + _gap(self._rng, self.spec)
+            self._state = "off"
+            return max(1, self._next_start - self._iteration)
+        if self._state == "off":
+            self.switch.apply(_ALL)
+            self._window_first = self._iteration
+            if self.spec.settle:
+                self._state = "settling"
+                return self.spec.settle
+        self._window_first = self._iteration
+        self._state = "measuring"
+        return self.spec.window - self.spec.settle
+
+    def close(self, directory: Path) -> None:
+        """Switch everything back on (a window open now is left out) and write the windows."""
+        self.switch.restore()
+        write_json_atomic(directory / SAMPLES_FILE, {
+            "spec": dataclasses.asdict(self.spec), "annotations_switched": bool(self.switch.annotations_switched),
+            "windows": self.windows})

@@ -1,0 +1,191 @@
+"""Sampled sessions: window placement, the ratio estimate and its interval, phases, and a
+sampled run on the CPU analysed end to end."""
+
+from __future__ import annotations
+
+import json
+import time
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+import rlscope
+from rlscope.analyze import analyze_trace
+from rlscope.analyze.sampled import phases, ratio_estimate, successive_difference_variance
+from rlscope.collect.sampling import SAMPLES_FILE, SampleSpec, parse_sample, window_starts
+from rlscope.errors import RlscopeError
+
+
+def test_windows_fall_on_average_once_per_block_and_see_every_iteration_equally_often() -> None:
+    spec = SampleSpec(window=10, block=200, warmup=50, seed=7)
+    starts = np.array(window_starts(spec, 20_000))
+    assert starts[0] > spec.warmup and (np.diff(starts) > spec.window).all()  # never overlapping
+    assert np.mean(np.diff(starts)) == pytest.approx(spec.block, rel=0.05)
+    seen = np.zeros(starts[-1] + spec.window, dtype=int)
+    for s in starts:
+        seen[s:s + spec.window] += 1
+    for period in (100, 200, 1000):  # an evaluation every `period` iterations
+        assert len({s % period for s in starts}) > period // 2, period  # windows start all over the period
+        at_phase = [seen[1000 + phase::period].mean() for phase in range(period)]  # by position in the period
+        assert max(at_phase) < 1.5 * spec.window / spec.block and min(at_phase) > 0.5 * spec.window / spec.block
+
+
+def test_a_seed_fixes_the_places_and_no_seed_draws_new_ones() -> None:
+    assert window_starts(SampleSpec(seed=1), 50) == window_starts(SampleSpec(seed=1), 50)
+    assert window_starts(SampleSpec(), 50) != window_starts(SampleSpec(), 50)
+
+
+@pytest.mark.parametrize("spec", ["window=0", "window=20,block=20", "settle=20,window=20", "size=3", "window=a"])
+def test_a_bad_sample_spec_is_one_clear_error(spec: str) -> None:
+    with pytest.raises(RlscopeError, match="sample"):
+        parse_sample(spec)
+
+
+def _run(rng: np.random.Generator, iterations: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per iteration: wall time and the part one operation takes, drifting slowly (x1.5 over
+    the run), with noise and an evaluation every 100 iterations that takes no time of the
+    operation's but 20x an iteration's."""
+    drift = np.linspace(1.0, 1.5, iterations)
+    part = 0.3 * drift * rng.lognormal(0, 0.2, iterations)
+    rest = 0.7 * drift * rng.lognormal(0, 0.2, iterations)
+    rest[::100] += 20.0
+    return part + rest, part
+
+
+def test_the_interval_covers_the_whole_run_share_in_about_95_percent_of_sampled_runs() -> None:
+    spec = SampleSpec(window=10, block=200, warmup=0, settle=0)
+    covered, widths = [], []
+    for seed in range(200):
+        rng = np.random.default_rng(seed)
+        wall, part = _run(rng, 40_000)
+        truth = part.sum() / wall.sum()
+        starts = [s for s in window_starts(SampleSpec(**{**spec.__dict__, "seed": seed}), 400) if s < 40_000 - 10]
+        x = np.array([wall[s:s + spec.window].sum() for s in starts])
+        y = np.array([part[s:s + spec.window].sum() for s in starts])
+        est = ratio_estimate(y, x, wall.sum())
+        covered.append(est.low <= truth <= est.high)
+        widths.append(est.high - est.low)
+        assert est.seconds == pytest.approx(est.share * wall.sum() / 1e9)
+    coverage = np.mean(covered)
+    assert 0.9 <= coverage <= 0.99, coverage  # neither too narrow nor uselessly wide
+    assert np.median(widths) < 0.05
+
+
+def test_successive_differences_leave_a_slow_trend_out() -> None:
+    trend = np.linspace(0, 100, 1000)
+    assert successive_difference_variance(trend) < 0.01 * np.var(trend)
+    noise = np.random.default_rng(0).normal(0, 2, 10_000)
+    assert successive_difference_variance(noise) == pytest.approx(4, rel=0.05)
+
+
+def test_one_window_gives_a_share_without_an_interval() -> None:
+    est = ratio_estimate(np.array([3.0]), np.array([10.0]), 1e9)
+    assert est.share == pytest.approx(0.3) and np.isnan(est.low) and np.isnan(est.high)
+
+
+def test_a_change_of_phase_is_found_and_none_where_there_is_none() -> None:
+    rng = np.random.default_rng(3)
+    steady = rng.normal(0.3, 0.02, 120)
+    assert phases(steady) == [0]
+    changed = np.r_[rng.normal(0.3, 0.02, 70), rng.normal(0.4, 0.02, 50)]
+    other = 1 - changed + rng.normal(0, 0.01, 120)
+    (first, second) = phases(np.c_[changed, other])
+    assert first == 0 and abs(second - 70) <= 2
+
+
+def _loop(iterations: int, change_at: int) -> None:
+    for i in range(iterations):
+        rlscope.step()
+        with rlscope.operation("inference"):
+            np.ones(64).sum()
+        with rlscope.operation("simulation"):
+            time.sleep(0.0002 if i < change_at else 0.0008)
+
+
+def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_path: Path) -> None:
+    sample = "window=10,block=40,warmup=20,settle=2,seed=5"
+    with rlscope.profile(tmp_path, process="loop", gpu=False, sample=sample):
+        _loop(1600, change_at=800)
+    (process_dir,) = tmp_path.glob("loop.*")
+    saved = json.loads((process_dir / SAMPLES_FILE).read_text())
+    spec = parse_sample(sample)
+    assert [w[0] for w in saved["windows"]] == [s + spec.settle for s in window_starts(spec, len(saved["windows"]))]
+    assert len(saved["windows"]) >= 35 and all(w[3] == spec.window - spec.settle for w in saved["windows"])
+
+    tables = analyze_trace(tmp_path)
+    sampled = tables["sampled"]
+    # The sleep's change is a change of phase, found at the first window after it (gaps between
+    # windows reach two blocks); a loaded machine may add phases of its own, never remove this one.
+    changes = sampled.groupby("segment")["first_iteration"].first().iloc[1:]
+    assert ((changes >= 800) & (changes <= 800 + 2 * spec.block)).any(), changes.tolist()
+    for _, segment in sampled.groupby("segment"):
+        cpu = segment[~segment["resources"].str.contains("GPU")]
+        assert cpu["share"].sum() == pytest.approx(1.0)  # a window's CPU time is its wall time
+        assert (segment["share_low"] <= segment["share"]).all() and (segment["share"] <= segment["share_high"]).all()
+    simulation = sampled[sampled["operation"] == "simulation"]
+    before = simulation.loc[simulation["first_iteration"] < 800, "seconds"].sum()
+    after = simulation.loc[simulation["first_iteration"] >= 800, "seconds"].sum()
+    assert after > 2 * before  # the slower sleeps, over as many iterations
+    # The breakdown and transitions are of the windows only: one inference per measured iteration.
+    moves = tables["transitions"]
+    annotations = moves[(moves["transition"] == "Annotations") & (moves["operation"] == "inference")]
+    assert annotations["per_iteration"].iloc[0] == pytest.approx(1.0)
+    measured = sum(w[3] for w in saved["windows"])
+    assert annotations["count"].iloc[0] == measured
+
+
+def test_rlscope_prof_sample_profiles_a_script_in_windows(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    script = tmp_path / "train.py"
+    script.write_text("import rlscope, time\nfor i in range(600):\n    rlscope.step()\n"
+                      "    with rlscope.operation('simulation'):\n        time.sleep(0.0002)\n")
+    out = tmp_path / "trace"
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(out), "--no-gpu",
+                           "--sample", "window=10,block=50,warmup=10,seed=2", "--", sys.executable, str(script)],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    (process_dir,) = out.glob("train.*")
+    assert len(json.loads((process_dir / SAMPLES_FILE).read_text())["windows"]) >= 8
+    sampled = analyze_trace(out)["sampled"]
+    assert (sampled["operation"] == "simulation").any() and (sampled["windows"] >= 8).all()
+
+
+def test_rlscope_prof_refuses_a_bad_sample_spec_in_one_line(tmp_path: Path) -> None:
+    import subprocess
+    import sys
+
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(tmp_path / "t"),
+                           "--sample", "window=50,block=10", "--", sys.executable, "-c", "pass"],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "must be shorter than a block" in done.stderr
+
+
+@pytest.mark.gpu
+def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
+    torch = pytest.importorskip("torch")
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.trace.schema import Kind
+
+    x = torch.ones(1 << 16, device="cuda")
+    torch.cuda.synchronize()
+    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1")
+    with rlscope.profile(tmp_path, process="gpu", sample=spec):
+        for _ in range(1000):
+            rlscope.step()
+            with rlscope.operation("compute"):
+                x.mul_(1.0001)
+            torch.cuda.synchronize()
+    (process,) = read_attributed(tmp_path)
+    windows = json.loads((process.directory / SAMPLES_FILE).read_text())["windows"]
+    kernels = process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
+    # one kernel per iteration while a window is on (its settling iterations included, and at most
+    # one window still open at the end): nothing between windows
+    assert len(windows) * spec.window <= len(kernels) <= (len(windows) + 1) * spec.window
+    sampled = analyze_trace(tmp_path)["sampled"]
+    compute = sampled[sampled["operation"] == "compute"]
+    assert compute["resources"].str.contains("CUDA API").any()
+    assert (compute["windows"] == len(windows)).all()
