@@ -150,7 +150,8 @@ def test_rlscope_prof_sample_profiles_a_script_in_windows(tmp_path: Path) -> Non
     (process_dir,) = out.glob("train.*")
     assert len(json.loads((process_dir / SAMPLES_FILE).read_text())["windows"]) >= 8
     sampled = analyze_trace(out)["sampled"]
-    assert (sampled["operation"] == "simulation").any() and (sampled["windows"] >= 8).all()
+    simulation = sampled[(sampled["operation"] == "simulation") & (sampled["resources"] == "Python")]
+    assert simulation["windows"].sum() >= 8  # over the run's phases (a loaded machine may make several)
 
 
 def test_rlscope_prof_refuses_a_bad_sample_spec_in_one_line(tmp_path: Path) -> None:
