@@ -10,7 +10,6 @@ table is never typed, and a new run of an experiment updates its page by running
 from __future__ import annotations
 
 import argparse
-import json
 import re
 import sys
 from collections.abc import Callable
@@ -20,15 +19,10 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
-H100 = RESULTS / "h100"
+import tables_gpu
+from tables_common import H100, RESULTS, markdown_table, read_jsonl, short_sci
+
 _BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
-
-
-def _table(head: list[str], rows: list[list[Any]]) -> str:
-    lines = ["| " + " | ".join(head) + " |", "| " + " | ".join("---" for _ in head) + " |"]
-    lines += ["| " + " | ".join(str(c).replace("|", "\\|") for c in row) + " |" for row in rows]
-    return "\n".join(lines) + "\n"
 
 
 def _ok(name: str) -> pd.DataFrame:
@@ -93,10 +87,10 @@ def _survey(name: str, key: str, label: Callable[[str], str]) -> str:
     head = [key if key != "env" else "environment", "shares", "training (s)", "env steps/s", *_OPERATIONS.values(),
             *_LAYERS, "max spread"]
     if not corrected_any:  # no run was corrected: the table as it always was
-        return _table([h for h in head if h != "shares"], [r[:1] + r[2:] for r in rows_out])
+        return markdown_table([h for h in head if h != "shares"], [r[:1] + r[2:] for r in rows_out])
     plain = [label(v) for v in _in_order(rows[key]) if not _is_corrected(rows[rows[key] == v])]
     note = f"\nAs profiled only (no calibration on the machine that ran them): {', '.join(plain)}." if plain else ""
-    return _table(head, rows_out) + note + "".join(f"\n\n{n}" for n in notes) + ("\n" if note or notes else "")
+    return markdown_table(head, rows_out) + note + "".join(f"\n\n{n}" for n in notes) + ("\n" if note or notes else "")
 
 
 def _group_shares(rep: pd.DataFrame, column: str) -> dict[str, float]:
@@ -142,7 +136,7 @@ def _survey_transitions(name: str, key: str, label: Callable[[str], str]) -> str
         per_step = (mine["per_iteration"] / steps_per_iteration).groupby([mine["repetition"], mine["transition"]]).sum()
         mean = per_step.groupby(level="transition").mean()
         out.append([label(value), *(f"{mean.get(kind, 0.0):.1f}" for kind in kinds)])
-    return _table([key if key != "env" else "environment", *kinds], out)
+    return markdown_table([key if key != "env" else "environment", *kinds], out)
 
 
 def algorithm_choice() -> str:
@@ -177,7 +171,7 @@ def framework_speed() -> str:
             cell = f"{mine['sb3'].median() / mine[other].median():.2f}x [{ratio.min():.2f}, {ratio.max():.2f}]"
             cells.append(f"**{cell.split(' ')[0]}** {cell.split(' ', 1)[1]}" if other == "sbx" else cell)
         out.append([algorithm.upper(), *cells])
-    return _table(["algorithm", "SB3 eager", "SB3 + torch.compile", "SBX (JAX jit)", "compile vs eager",
+    return markdown_table(["algorithm", "SB3 eager", "SB3 + torch.compile", "SBX (JAX jit)", "compile vs eager",
                    "SBX vs eager"], out)
 
 
@@ -204,7 +198,7 @@ def framework_breakdown() -> str:
                         f"{back['seconds'].sum() / iterations * 1e3:.2f} ({' / '.join(f'{v:.2f}' for v in layer_ms)})",
                         count("backpropagation", "Python->Backend"), count("backpropagation", "Backend->CUDA"),
                         count("backpropagation", "GPU kernels"), count("inference", "Python->Backend")])
-    return _table(["algorithm / framework", "ms per iteration",
+    return markdown_table(["algorithm / framework", "ms per iteration",
                    "backpropagation ms (Python / Backend / CUDA API / GPU)",
                    "backprop Python->Backend", "backprop Backend->CUDA", "backprop kernels",
                    "inference Python->Backend"], out)
@@ -231,7 +225,7 @@ def scale_up() -> str:
         out.append([f"{workers:d}", f"{smi:.1f}%", f"{mine['SM utilisation (GPM)']:.1f}%", f"{bound:.1f}%",
                     f"{smi / bound:.1f}x", f"{first['worker_steps_per_s']:,.0f}",
                     f"{first['learner_updates_per_s']:.0f}"])
-    return _table(["M actors", "nvidia-smi utilization.gpu", "GPM SM utilisation",
+    return markdown_table(["M actors", "nvidia-smi utilization.gpu", "GPM SM utilisation",
                    "true GPU-bound (union of all processes' kernels and copies)", "nvidia-smi / true",
                    "actors' steps/s (all)", "learner updates/s"], out)
 
@@ -252,51 +246,42 @@ _COMPARE_LABELS = {
 FUSED_TARGET = 5e11  # env-steps/s the fused kernel is asked for at N = 2^22, K = 1000
 
 
-def _jsonl(path: Path) -> list[dict[str, Any]]:
-    return [json.loads(line) for line in path.read_text().splitlines() if line.strip()]
-
-
 def _n(value: float) -> str:
     """A number of environments: 2^k where it is a power of two above 1."""
     exponent = np.log2(value)
     return f"2^{int(exponent)}" if value > 1 and float(exponent).is_integer() else f"{value:g}"
 
 
-def _sci(value: float) -> str:
-    """Three significant digits, exponents written short: 5.77e11, 1.05e5, 19."""
-    return re.sub(r"e([+-])0*(\d)", lambda m: f"e{'-' if m[1] == '-' else ''}{m[2]}", f"{value:.3g}")
-
-
 def fused_compare() -> str:
     """``bench/datacollection.py compare``: median env-steps/s per implementation, the fused
     kernel's over each, and whether the fused kernel meets its target."""
-    rows = [r for r in _jsonl(DATACOLLECTION / "compare_h100.jsonl") if "backend" in r]
+    rows = [r for r in read_jsonl(DATACOLLECTION / "compare_h100.jsonl") if "backend" in r]
     out = []
     for row in sorted(rows, key=lambda r: -r["steps_per_s"]):
-        rate = _sci(row['steps_per_s'])
+        rate = short_sci(row['steps_per_s'])
         if row["backend"].startswith("cuda fused"):
             met = row["steps_per_s"] >= FUSED_TARGET
-            rate = f"**{rate}** (target ≥ {_sci(FUSED_TARGET)}: **met**)" if met else f"{rate} (target: missed)"
+            rate = f"**{rate}** (target ≥ {short_sci(FUSED_TARGET)}: **met**)" if met else f"{rate} (target: missed)"
         label = _COMPARE_LABELS.get(row["backend"], row["backend"])
-        out.append([f"{label}, N = {_n(row['num_envs'])}", rate, _sci(row['fused_over_this'])])
-    return _table(["implementation", "env-steps/s", "fused (precise) over this"], out)
+        out.append([f"{label}, N = {_n(row['num_envs'])}", rate, short_sci(row['fused_over_this'])])
+    return markdown_table(["implementation", "env-steps/s", "fused (precise) over this"], out)
 
 
 def fused_roofline() -> str:
     """Nsight Compute's counts per env-step against the FP32 and issue rooflines."""
     labels = {"fused": "fused, precise", "fused-fast": "fused, hardware math", "unfused": "unfused (K = 1)"}
     out = []
-    for row in _jsonl(DATACOLLECTION / "roofline_h100.jsonl"):
+    for row in read_jsonl(DATACOLLECTION / "roofline_h100.jsonl"):
         fused = row["kernel"] != "unfused"
-        out.append([labels.get(row["kernel"], row["kernel"]), _sci(row['fp32_inst_per_step']),
-                    _sci(row['thread_inst_per_step']), _sci(row['warp_inst_per_step_x32']),
-                    _sci(row['fp32_roofline_steps_per_s']) if fused else "—",
-                    _sci(row['issue_roofline_steps_per_s']) if fused else "—",
-                    _sci(row['measured_steps_per_s']),
+        out.append([labels.get(row["kernel"], row["kernel"]), short_sci(row['fp32_inst_per_step']),
+                    short_sci(row['thread_inst_per_step']), short_sci(row['warp_inst_per_step_x32']),
+                    short_sci(row['fp32_roofline_steps_per_s']) if fused else "—",
+                    short_sci(row['issue_roofline_steps_per_s']) if fused else "—",
+                    short_sci(row['measured_steps_per_s']),
                     f"{row['fraction_of_fp32_roofline']:.0%}" if fused else "—",
                     f"**{row['fraction_of_issue_roofline']:.0%}**" if fused else "—"])
-    return _table(["kernel", "FP32 inst / step", "thread inst / step", "issued lane-slots / step", "FP32 roofline",
-                   "issue roofline", "measured", "of FP32 roof", "of issue roof"], out)
+    return markdown_table(["kernel", "FP32 inst / step", "thread inst / step", "issued lane-slots / step",
+                           "FP32 roofline", "issue roofline", "measured", "of FP32 roof", "of issue roof"], out)
 
 
 _FUSED_CONFIGS = {"fused fp16": "fused fp16", "fused fp16 + trajectory": "fused fp16 + trajectory (T = 128)",
@@ -314,10 +299,10 @@ def fused_inference() -> str:
     for n, row in median.iterrows():
         best = row[list(_UNFUSED)].max()
         fp16 = row["fused fp16"] / best
-        out.append([_n(n), *(_sci(row[c]) for c in _FUSED_CONFIGS),
+        out.append([_n(n), *(short_sci(row[c]) for c in _FUSED_CONFIGS),
                     f"**{fp16:.3g}x**" if n >= 2 ** 16 else f"{fp16:.3g}x",
                     f"{row['fused fp16 + trajectory'] / best:.3g}x"])
-    return _table(["N", *_FUSED_CONFIGS.values(), "fp16 / best unfused", "trajectory / best unfused"], out)
+    return markdown_table(["N", *_FUSED_CONFIGS.values(), "fp16 / best unfused", "trajectory / best unfused"], out)
 
 
 _FIGURES = [("Fig. 4", "throughput_vs_envs", "gpu_vectorization"),
@@ -342,7 +327,7 @@ def figure_runs() -> str:
         sessions = "; ".join(_in_order(data["session"])) if "session" in data else "one (`h100/README.md`)"
         out.append([figure, f"`{name}`", f"[`{experiment}`](h100/{experiment}/results.csv)",
                     f"{len(ok)} of {len(runs)}" + (f" ({ended})" if ended else ""), seconds, sessions])
-    return _table(["figure", "figure file", "results", "runs x repetitions finished", "seconds of runs",
+    return markdown_table(["figure", "figure file", "results", "runs x repetitions finished", "seconds of runs",
                    "sessions"], out)
 
 
@@ -356,9 +341,9 @@ def brax_throughput() -> str:
         complete = mjx.groupby(["session", "num_envs"])["environment"].nunique().eq(3).groupby(level="session").sum()
         mjx = mjx[mjx["session"] == complete.idxmax()]
     median = mjx.groupby(["num_envs", "environment"])["steps_per_s"].median().unstack()
-    out = [[f"{n:,}", *(_sci(row[e]) for e in ("cartpole", "ant", "humanoid")), f"{row['cartpole'] / row['ant']:,.0f}"]
-           for n, row in median.iterrows()]
-    table = _table(["N", "cartpole", "ant", "humanoid", "cartpole / ant"], out)
+    out = [[f"{n:,}", *(short_sci(row[e]) for e in ("cartpole", "ant", "humanoid")),
+            f"{row['cartpole'] / row['ant']:,.0f}"] for n, row in median.iterrows()]
+    table = markdown_table(["N", "cartpole", "ant", "humanoid", "cartpole / ant"], out)
     return table + (f"\n(session: {mjx['session'].iloc[0]})\n" if "session" in mjx else "")
 
 
@@ -368,6 +353,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "framework_speed": framework_speed, "framework_breakdown": framework_breakdown, "scale_up": scale_up,
     "fused_compare": fused_compare, "fused_roofline": fused_roofline, "fused_inference": fused_inference,
     "figure_runs": figure_runs, "brax_throughput": brax_throughput,
+    **tables_gpu.TABLES,
 }
 
 
