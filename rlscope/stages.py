@@ -29,7 +29,6 @@ import json
 import os
 import re
 import shutil
-import socket
 import time
 import warnings
 from collections.abc import Callable, Mapping
@@ -37,6 +36,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from rlscope.files import CorruptFileWarning, write_atomic
+from rlscope.machine import machine_identity
 
 __all__ = ["ENV_STAGES_DIR", "STAGES_DIR", "StoredStage", "Stages", "stage", "current", "stages_key",
            "repetition_dir", "describe", "prune"]
@@ -58,7 +58,7 @@ class StoredStage:
     of: int | None
     seconds: float
     stored_at: float
-    machine: str = ""  # the host that computed it (socket.gethostname()); "" in stages stored before
+    machine: str = ""  # the machine that computed it (machine_identity()); "" in stages stored before
 
 
 def _file_name(name: str, index: int | None) -> str:
@@ -112,9 +112,9 @@ class Stages:
         path = None if self.directory is None else self.directory / _file_name(name, index)
         if path is not None and path.exists():
             found = self._read(path, name, index, label)
-            if found is not None and this_machine and found[0].machine != socket.gethostname():
+            if found is not None and this_machine and found[0].machine != machine_identity():
                 print(f"stage {label}: stored by {found[0].machine or 'another machine'}, computed again on "
-                      f"{socket.gethostname()}", flush=True)
+                      f"{machine_identity()}", flush=True)
                 found = None
             if found is not None:
                 stored, result = found
@@ -124,7 +124,7 @@ class Stages:
         started = time.monotonic()
         value = compute()
         record = {"stage": name, "index": index, "of": of, "seconds": time.monotonic() - started,
-                  "stored_at": time.time(), "machine": socket.gethostname(), "result": value}
+                  "stored_at": time.time(), "machine": machine_identity(), "result": value}
         try:
             text = json.dumps(record, allow_nan=True)
         except (TypeError, ValueError) as err:

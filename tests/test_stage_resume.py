@@ -379,13 +379,13 @@ def test_overhead_correction_counts_the_time_its_stored_stages_took_against_its_
 
 
 def test_a_stage_bound_to_its_machine_is_computed_again_on_another(tmp_path: Path, monkeypatch) -> None:
-    import socket
+    import rlscope.stages
 
     calls: list[str] = []
-    monkeypatch.setattr(socket, "gethostname", lambda: "host-a")
+    monkeypatch.setattr(rlscope.stages, "machine_identity", lambda: "vm#0000aaaa")
     Stages(tmp_path).stage("calibration", lambda: calls.append("a") or {"cost": 1}, this_machine=True)
     Stages(tmp_path).stage("pair", lambda: calls.append("pair") or 1)
-    monkeypatch.setattr(socket, "gethostname", lambda: "host-b")
+    monkeypatch.setattr(rlscope.stages, "machine_identity", lambda: "vm#0000bbbb")  # same name, another machine
     assert Stages(tmp_path).stage("calibration", lambda: calls.append("b") or {"cost": 2}, this_machine=True) == \
         {"cost": 2}
     assert Stages(tmp_path).stage("pair", lambda: calls.append("pair again") or 2) == 1  # any machine's will do

@@ -23,6 +23,7 @@ from pydantic import with_config as pydantic_config
 from rlscope._version import __version__
 from rlscope.errors import RlscopeError, schema_problem
 from rlscope.files import write_json_atomic
+from rlscope.machine import machine_identity
 
 __all__ = ["CALIBRATION_FILE", "CALIBRATION_VERSION", "PROFILER_LAYER", "CONFIGS", "GPU_CONFIGS", "WINDOWS", "STARTUP",
            "PROFILED_STARTUP", "RESIDUAL", "EVENTS",
@@ -136,7 +137,7 @@ class Calibration:
 
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""
-        trace_machine = {"host": meta.get("host"), "rlscope": meta.get("rlscope_version")}
+        trace_machine = {"host": meta.get("host"), "machine": meta.get("machine"), "rlscope": meta.get("rlscope_version")}
         for key, value in trace_machine.items():
             if value is not None and self.machine.get(key) != value:
                 warnings.warn(f"calibration measured with {key}={self.machine.get(key)!r}, trace has {value!r}: "
@@ -156,6 +157,8 @@ def event_counts(transitions: pd.DataFrame) -> dict[str, int]:
 
 def machine_fingerprint() -> dict[str, Any]:
     """What a calibration's costs belong to: costs carry over between runs on one machine and
-    rlscope version, not to another."""
-    return {"host": platform.node(), "rlscope": __version__, "python": platform.python_version(),
+    rlscope version, not to another (``machine``: ``rlscope.machine.machine_identity``, which
+    tells apart machines of one host name)."""
+    return {"host": platform.node(), "machine": machine_identity(), "rlscope": __version__,
+            "python": platform.python_version(),
             "processor": platform.processor() or platform.machine()}

@@ -30,6 +30,7 @@ from rlscope.collect.unseen import UNSEEN_CALLS, unseen_targets
 from rlscope.collect.windows import AlternatingWindows, parse_windows
 from rlscope.errors import NestingError
 from rlscope.files import write_json_atomic
+from rlscope.machine import machine_identity
 from rlscope.trace.schema import EVENTS_FILE, META_FILE, SCHEMA_VERSION, Category, Kind
 from rlscope.trace.writer import TraceWriter
 
@@ -146,6 +147,7 @@ class Session:
             "argv": sys.argv,
             "python": platform.python_version(),
             "host": platform.node(),
+            "machine": machine_identity(),  # tells apart machines of one host name (calibrations check it)
             "clock": "perf_counter_ns (CLOCK_MONOTONIC)",
             "start_ns": self.start_ns,
             "start_unix_s": time.time(),
