@@ -137,7 +137,8 @@ class Calibration:
 
     def check_fits(self, meta: dict[str, Any]) -> None:
         """Warn when the trace comes from another machine or rlscope version."""
-        trace_machine = {"host": meta.get("host"), "machine": meta.get("machine"), "rlscope": meta.get("rlscope_version")}
+        trace_machine = {"host": meta.get("host"), "machine": meta.get("machine"),
+                         "rlscope": meta.get("rlscope_version")}
         for key, value in trace_machine.items():
             if value is not None and self.machine.get(key) != value:
                 warnings.warn(f"calibration measured with {key}={self.machine.get(key)!r}, trace has {value!r}: "
