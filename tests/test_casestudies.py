@@ -172,3 +172,14 @@ def test_corrected_training_rows_carry_the_corrections_interval_and_the_figures_
         whiskers = [c for ax in figure.axes for c in ax.containers if isinstance(c, ErrorbarContainer)]
         assert len(whiskers) == drawn
         assert INTERVAL_LABEL in [t.get_text() for t in figure.legends[0].get_texts()]
+
+
+def test_calibration_runs_hold_enough_rollouts_to_alternate_on() -> None:
+    """PPO's 512-step rollouts: a calibration twice as long as a 10,000-step training would hold
+    about 39 rollouts, fewer than the windows need; it is made longer instead."""
+    from experiments.casestudies.profiled import MIN_CALIBRATION_ITERATIONS, steps_per_iteration
+
+    assert steps_per_iteration("ppo", 1) == 512 and steps_per_iteration("ppo", 4) == 2048
+    assert steps_per_iteration("a2c", 1) == 5  # SB3's default n_steps
+    assert steps_per_iteration("td3", 1) == steps_per_iteration("sac", 1) == 1  # one step, one update
+    assert MIN_CALIBRATION_ITERATIONS * steps_per_iteration("ppo", 1) > 2 * 10_000

@@ -26,6 +26,12 @@ from rlscope.errors import SkipRun
 __all__ = ["profiled_training", "check_params", "training_rows"]
 
 CALIBRATION_TIMESTEPS_FACTOR = 2  # calibrate on runs this many times longer: checked on another length
+# ... and of at least this many iterations (rollouts, one rlscope.step() each). A rollout outlasts
+# a 10 ms window, so each window is one rollout: a block of the five levels' palindrome takes 10,
+# the switches' settling windows a few more, and the first block is warm-up. PPO's 512-step
+# rollouts gave 19 iterations in 10,000 steps on an H100, too few for one measured block, and the
+# calibration fell back to whole runs of every configuration (about 4x longer, far wider costs).
+MIN_CALIBRATION_ITERATIONS = 50
 
 
 def check_params(name: str, value: Any) -> str | None:
@@ -153,17 +159,33 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
             **({"corrected_training_s": corrected_total} if corrected else {})}
 
 
+def steps_per_iteration(algorithm: str, n_envs: int) -> int:
+    """Environment steps per ``rlscope.step()`` of a training: a rollout, ``n_steps`` per env for
+    the on-policy algorithms (SB3's defaults where the zoo's hyperparameters set none), one
+    ``train_freq`` of steps for the off-policy ones."""
+    from experiments.casestudies.sb3_train import HYPERPARAMETERS
+
+    params = HYPERPARAMETERS.get(algorithm, {})
+    on_policy_defaults = {"ppo": 2048, "a2c": 5}  # stable_baselines3's PPO and A2C n_steps
+    if algorithm in on_policy_defaults:
+        return int(params.get("n_steps", on_policy_defaults[algorithm])) * n_envs
+    return int(params.get("train_freq", 1)) * n_envs
+
+
 def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,
                  framework: str, timeout_s: float, make: bool) -> Path | None:
     """This training's calibration on this machine, on runs ``CALIBRATION_TIMESTEPS_FACTOR`` times
-    as long as the profiled one: made once (``make``) and cached, or None where there is none."""
+    as long as the profiled one and of at least ``MIN_CALIBRATION_ITERATIONS`` iterations: made
+    once (``make``) and cached, or None where there is none."""
     from rlscope.calibrate import cached_calibration, find_cached_calibration
 
     identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False, framework)
-    options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1}
+    options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1,
+               "min_iterations": MIN_CALIBRATION_ITERATIONS}
     if not make:
         return find_cached_calibration(identity, **options)
-    length = CALIBRATION_TIMESTEPS_FACTOR * timesteps
+    length = max(CALIBRATION_TIMESTEPS_FACTOR * timesteps,
+                 MIN_CALIBRATION_ITERATIONS * steps_per_iteration(algorithm, n_envs))
     _, path = cached_calibration(
         identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False, framework),
         **options)
