@@ -1,0 +1,127 @@
+"""Join recorded GPU kernels to the instructions of the compiled XLA module that launched them.
+
+XLA names each kernel after its instruction (``rlscope.analyze.hlo.kernel_name``), so most
+kernels match exactly. Three things make a name say less than that, and each is reported as what
+it is rather than guessed: XLA reuses one kernel for identical fused computations under the
+first fusion's name (an *alias*, *ambiguous* when the fusions sharing it lie in different scopes);
+a fusion can merge several scopes' work into one kernel (*across-scopes*); and cuBLAS/cuDNN custom
+calls run the library's own kernels, named after the library, not the instruction (*library*).
+Pass the kernels of one module's executions: the reuse cache and the names are per module.
+"""
+
+from __future__ import annotations
+
+import re
+from collections import defaultdict
+from collections.abc import Iterable
+
+import pandas as pd
+
+from rlscope.analyze.hlo import HloModule, fingerprint, kernel_name
+from rlscope.analyze.hlo_scopes import FUSED_ACROSS, instruction_scopes
+from rlscope.errors import TraceError
+
+__all__ = ["attribute_kernels", "scope_totals", "MATCH_KINDS", "LIBRARY", "UNMATCHED", "AMBIGUOUS"]
+
+MATCH_KINDS = ("exact", "alias", "ambiguous", "across-scopes", "library", "unmatched")
+LIBRARY = "library (unattributed)"
+UNMATCHED = "unmatched"
+AMBIGUOUS = "ambiguous (reused kernel)"
+
+# Kernels of the libraries XLA calls (cuBLAS, cuBLASLt, cuDNN, CUTLASS, CUB), mangled or not:
+# sm90_xmma_gemm_..., ampere_sgemm_..., nvjet_tst_..., cutlass::Kernel2<...>, gemv2T_kernel...
+_LIBRARY_NAME = re.compile(
+    r"^(void\s+)?(sm\d+|ampere|hopper|volta|turing|maxwell|blackwell)_"
+    r"|nvjet|cutlass|cublas|cudnn|xmma|cub::|_ZN3cub|DeviceRadixSort|DeviceSegmentedRadixSort"
+    r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel", re.IGNORECASE)
+# NameUniquer's suffix for a second instruction whose name sanitises the same (hlo.kernel_name).
+_UNIQUER_SUFFIX = re.compile(r"(.+)__\d+")
+
+
+class _Sites:
+    """The module's kernel-launching instructions, indexed the ways a kernel name can point at them."""
+
+    def __init__(self, module: HloModule, names: Iterable[str], recorded: set[str]):
+        self.table = instruction_scopes(module, names)
+        memo: dict[str, str] = {}
+        prints = [fingerprint(module, c, memo) if c else "" for c in self.table["fused_computation"]]
+        self.by_name: dict[str, list[int]] = defaultdict(list)
+        self.reusers: dict[int, set[int]] = defaultdict(set)
+        by_print: dict[str, list[int]] = defaultdict(list)
+        for row, (kernel, fp) in enumerate(zip(self.table["kernel_name"], prints)):
+            self.by_name[kernel].append(row)
+            if fp:
+                by_print[fp].append(row)
+        # A fusion whose own kernel name was recorded made its own kernel; any other fusion with the
+        # same fused computation (or naming it in its deduplicated_name) may run under a first one's.
+        may_reuse = [kernel not in recorded for kernel in self.table["kernel_name"]]
+        for rows in by_print.values():
+            for row in rows:
+                self.reusers[row].update(r for r in rows if r != row and may_reuse[r])
+        for row, dedup in enumerate(self.table["deduplicated_name"]):
+            if dedup and may_reuse[row]:
+                for first in self.by_name.get(kernel_name(dedup), []):
+                    self.reusers[first].add(row)
+
+    def resolve(self, name: str) -> tuple[str, str, str, str]:
+        """(instruction, scope, match, scopes) for one kernel name."""
+        rows, suffixed = self.by_name.get(name), False
+        if rows is None and (m := _UNIQUER_SUFFIX.fullmatch(name)) is not None and m.group(1) in self.by_name:
+            rows, suffixed = self.by_name[m.group(1)], True
+        if rows is None:
+            return ("", LIBRARY, "library", "") if _LIBRARY_NAME.search(name) else ("", UNMATCHED, "unmatched", "")
+        candidates = set(rows).union(*(self.reusers[r] for r in rows))
+        picked = self.table.iloc[sorted(candidates)]
+        labels = sorted(set(picked["scope"]))
+        instruction = ";".join(self.table["instruction"].iloc[rows])
+        if len(labels) > 1:
+            return instruction, AMBIGUOUS, "ambiguous", ";".join(labels)
+        if labels[0] == FUSED_ACROSS:
+            body = sorted({s for scopes in picked["body_scopes"] for s in scopes.split(";") if s})
+            return instruction, FUSED_ACROSS, "across-scopes", ";".join(body)
+        exact = len(candidates) == 1 and not suffixed
+        return instruction, labels[0], "exact" if exact else "alias", labels[0]
+
+
+def attribute_kernels(kernels: pd.DataFrame, module: HloModule, names: Iterable[str]) -> pd.DataFrame:
+    """Each kernel's scope in ``module``, from its name.
+
+    ``kernels`` needs ``name`` and ``duration_ns`` (more columns are kept); ``names`` are the
+    user's ``jax.named_scope`` names. Added columns: ``instruction`` (``;``-joined when the
+    name sanitises from several), ``scope`` (a path such as ``rollout/inference``, or NO_SCOPE,
+    FUSED_ACROSS, AMBIGUOUS, LIBRARY, UNMATCHED), ``match`` (one of MATCH_KINDS), ``scopes`` (the
+    scopes the kernel's work may belong to). Example rows::
+
+        name                  duration_ns  instruction           scope                  match
+        multiply_add_fusion   2048         multiply_add_fusion   rollout/env            exact
+        ynn_fusion            1024         ynn_fusion            ambiguous (reused ...) ambiguous
+        sm90_xmma_gemm_f32    4096                               library (unattributed) library
+    """
+    missing = sorted({"name", "duration_ns"} - set(kernels.columns))
+    if missing:
+        raise TraceError(f"the kernel table lacks columns {missing}; it needs one row per kernel with its name "
+                         "and duration_ns")
+    sites = _Sites(module, names, set(kernels["name"]))
+    resolved = {name: sites.resolve(name) for name in pd.unique(kernels["name"])}
+    out = kernels.copy()
+    for i, column in enumerate(("instruction", "scope", "match", "scopes")):
+        out[column] = [resolved[name][i] for name in kernels["name"]]
+    return out
+
+
+def scope_totals(attributed: pd.DataFrame) -> pd.DataFrame:
+    """GPU kernel time per scope, largest first, with how each scope's kernels were matched.
+
+    Columns: ``scope``, ``kernels``, ``duration_ns``, ``share`` (of all kernel time given), and
+    one count column per match kind (MATCH_KINDS), so a reader sees how much of a share rests on
+    aliases, and how much time is left as library, ambiguous, across-scopes or unmatched.
+    """
+    groups = attributed.groupby("scope", sort=False)
+    totals = pd.DataFrame({"kernels": groups.size(), "duration_ns": groups["duration_ns"].sum()})
+    whole = totals["duration_ns"].sum()
+    totals["share"] = totals["duration_ns"] / whole if whole else 0.0
+    counts = pd.crosstab(attributed["scope"], attributed["match"]).reindex(columns=list(MATCH_KINDS), fill_value=0)
+    totals = totals.join(counts).fillna(0)
+    totals[list(MATCH_KINDS)] = totals[list(MATCH_KINDS)].astype(int)
+    return (totals.sort_values(["duration_ns", "kernels"], ascending=False, kind="stable")
+            .rename_axis("scope").reset_index())
