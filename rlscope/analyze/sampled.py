@@ -119,20 +119,40 @@ def _windows(trace: ProcessTrace) -> tuple[list[list[int]], dict]:
     return windows, saved.get("spec", {})
 
 
+class _WindowCutter:
+    """Cuts a trace into windows fast: events sorted by start once, the short ones (no longer
+    than ``span_ns``) found for a window by binary search on their start, the few long ones
+    (phases, a loop inside one operation) checked one by one."""
+
+    def __init__(self, trace: ProcessTrace, span_ns: int) -> None:
+        ev = trace.events.sort_values("start_ns", kind="stable").reset_index(drop=True)
+        long = (ev["end_ns"] - ev["start_ns"]).to_numpy() > span_ns
+        self.trace, self.span_ns = trace, span_ns
+        self.short, self.long = ev[~long].reset_index(drop=True), ev[long].reset_index(drop=True)
+        self.starts = self.short["start_ns"].to_numpy()
+
+    def cut(self, start_ns: int, end_ns: int) -> ProcessTrace:
+        """The trace cut to one window: its events that overlap it, clipped to it (phases too),
+        and of the iterations those that end inside it (a step row runs from one
+        ``rlscope.step()`` to the next, so the one that ends where the window starts is the
+        iteration before it)."""
+        lo, hi = np.searchsorted(self.starts, [start_ns - self.span_ns, end_ns])
+        parts = [self.short.iloc[lo:hi], self.long]
+        ev = pd.concat([p for p in parts if len(p)]) if any(len(p) for p in parts) else self.short.iloc[:0]
+        starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
+        keep = (starts < end_ns) & (ends > start_ns)
+        is_step = ev["kind"].to_numpy() == int(Kind.STEP)
+        keep &= ~is_step | (ends <= end_ns)
+        cut = ev[keep].copy()
+        cut["start_ns"] = cut["start_ns"].clip(lower=start_ns)
+        cut["end_ns"] = cut["end_ns"].clip(upper=end_ns)
+        return dataclasses.replace(self.trace, meta={**self.trace.meta, "start_ns": start_ns, "end_ns": end_ns},
+                                   events=cut.reset_index(drop=True))
+
+
 def _in_window(trace: ProcessTrace, start_ns: int, end_ns: int) -> ProcessTrace:
-    """The trace cut to one window: its events that overlap it, clipped to it (phases too), and
-    of the iterations those that end inside it (a step row runs from one ``rlscope.step()`` to
-    the next, so the one that ends where the window starts is the iteration before it)."""
-    ev = trace.events
-    starts, ends = ev["start_ns"].to_numpy(), ev["end_ns"].to_numpy()
-    keep = (starts < end_ns) & (ends > start_ns)
-    is_step = ev["kind"].to_numpy() == int(Kind.STEP)
-    keep &= ~is_step | ((ends > start_ns) & (ends <= end_ns))
-    cut = ev[keep].copy()
-    cut["start_ns"] = cut["start_ns"].clip(lower=start_ns)
-    cut["end_ns"] = cut["end_ns"].clip(upper=end_ns)
-    return dataclasses.replace(trace, meta={**trace.meta, "start_ns": start_ns, "end_ns": end_ns},
-                               events=cut.reset_index(drop=True))
+    """The trace cut to one window (``_WindowCutter.cut``), for a single window."""
+    return _WindowCutter(trace, end_ns - start_ns).cut(start_ns, end_ns)
 
 
 def _iteration_ns(trace: ProcessTrace) -> np.ndarray:
@@ -160,20 +180,27 @@ def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
     return flags
 
 
-def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace], tuple[pd.DataFrame, pd.DataFrame]]
+def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace], tuple[pd.DataFrame, pd.DataFrame]],
+                    windows: list[list[int]] | None = None, spec: dict | None = None, find_phases: bool = True
                     ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """A sampled process's (breakdown, transitions, sampled) tables. The first two are of what the
     windows measured (``analyze_process`` of each window, summed: per iteration, transitions count
     the windows' iterations only). ``sampled`` gives per phase of the run (``phases``), operation
     and resources the ratio estimate of the share of iteration time, its 95% interval, and that
     share of the run's whole iteration time, from the windows; windows flagged as unlike the
-    others (``_flags``) are counted in it and reported in ``flagged_windows``."""
-    windows, spec = _windows(trace)
+    others (``_flags``) are counted in it and reported in ``flagged_windows``.
+
+    ``windows`` and ``spec`` stand for ``samples.json`` (windows drawn afterwards from a fully
+    traced run: bench/sampled_validation.py); ``find_phases=False`` estimates over the whole run."""
+    if windows is None:
+        windows, spec = _windows(trace)
+    spec = spec or {}
     if not windows:
         raise TraceError(f"{trace.directory / SAMPLES_FILE}: no complete sampled window; the run ended before its "
                          f"first (warmup {spec.get('warmup')} iterations, then one window per {spec.get('block')}): "
                          "run longer, or sample with a smaller warmup and block")
-    parts = [analyze_process(_in_window(trace, start, end)) for _, start, end, _ in windows]
+    cutter = _WindowCutter(trace, max(end - start for _, start, end, _ in windows))
+    parts = [analyze_process(cutter.cut(start, end)) for _, start, end, _ in windows]
     breakdowns = []
     for i, (frame, _) in enumerate(parts):
         breakdowns.append(frame.assign(window=i))
@@ -193,7 +220,7 @@ def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace
                          fill_value=0).reindex(range(len(windows)), fill_value=0)
     x = np.array([end - start for _, start, end, _ in windows], dtype=np.float64)
     shares = y.to_numpy(dtype=np.float64) / x[:, None]
-    starts = phases(shares)
+    starts = phases(shares) if find_phases else [0]
     iteration_ns = _iteration_ns(trace)
     flags = _flags(trace, windows)
     rows = []

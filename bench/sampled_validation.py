@@ -1,0 +1,132 @@
+"""Is a sampled run's estimate right? Sample a fully traced run after the fact, many times over.
+
+    python bench/sampled_validation.py record TRACE_DIR [--workload gym_numpy] [--steps 40000]
+    python bench/sampled_validation.py check TRACE_DIR [--seeds 100] [--window 10] [--block 200] \\
+        [--warmup 50] [--settle 2] [--out validation.json]
+
+``record`` profiles one of the overhead workloads (``experiments/overhead/loops.py``) with every
+layer on, the whole run. ``check`` draws the windows a sampled session with each seed would have
+measured (``rlscope.collect.sampling.window_starts``, on the trace's own ``rlscope.step()`` times),
+estimates every share from those windows alone (``rlscope.analyze.sampled``, one phase) and
+compares each with the share of the full trace over the same iterations. Per operation and
+resources taking at least 5% of the iteration time, over the seeds: how often the 95% interval
+covers the full trace's share (the goal: at least 90%), how often the estimate is within
+max(0.5 points, 5% relative) of it, the mean error and the interval's median half-width.
+Done on a recorded trace, this checks the estimator and the window placement on a real loop's
+variability; what sampling does to the loop's own speed needs a sampled run (GPU bench).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+MIN_SHARE = 0.05
+
+
+def record(out: Path, workload: str, steps: int) -> None:
+    import rlscope
+    from experiments.overhead.loops import run
+
+    with rlscope.profile(out, process=workload):
+        run(workload, steps)
+    print(f"trace: {out}", flush=True)
+
+
+def _step_calls(process: Any) -> np.ndarray:
+    """The times of the process's ``rlscope.step()`` calls, in order: a step row runs from one
+    call to the next, so the first row's start and every row's end."""
+    from rlscope.trace.schema import Kind
+
+    ev = process.events
+    steps = ev[ev["kind"] == int(Kind.STEP)].sort_values("start_ns")
+    return np.concatenate((steps["start_ns"].to_numpy()[:1], steps["end_ns"].to_numpy()))
+
+
+def _shares(table: Any) -> dict[tuple[str, str], float]:
+    main = table[table["thread"] == "main"]
+    return {k: float(v) for k, v in main.groupby(["operation", "resources"])["time_ns"].sum().items()}
+
+
+def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any]:
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.analyze.overlap import analyze_process
+    from rlscope.analyze.sampled import _in_window, analyze_sampled
+    from rlscope.collect.sampling import SampleSpec, window_starts
+
+    results = []
+    for process in read_attributed(trace):
+        calls = _step_calls(process)
+        spec = SampleSpec(**spec_fields)
+        first, last = calls[min(spec.warmup, len(calls) - 1)], calls[-1]
+        full = _shares(analyze_process(_in_window(process, int(first), int(last)))[0])
+        truth = {k: v / (last - first) for k, v in full.items()}
+        wanted = {k: t for k, t in truth.items() if t >= MIN_SHARE}
+        per_share: dict[tuple[str, str], list[tuple[float, float, float]]] = {k: [] for k in wanted}
+        windows_per_run = []
+        began = time.perf_counter()
+        for seed in range(seeds):
+            drawn = SampleSpec(**{**spec_fields, "seed": seed})
+            starts = [s for s in window_starts(drawn, len(calls)) if s + drawn.window < len(calls)]
+            windows = [[s + drawn.settle, int(calls[s + drawn.settle - 1]), int(calls[s + drawn.window - 1]),
+                        drawn.window - drawn.settle] for s in starts]
+            windows_per_run.append(len(windows))
+            sampled = analyze_sampled(process, analyze_process, windows=windows,
+                                      spec={"warmup": drawn.warmup}, find_phases=False)[2]
+            for row in sampled.itertuples():
+                key = (row.operation, row.resources)
+                if key in per_share:
+                    per_share[key].append((row.share, row.share_low, row.share_high))
+        rows = []
+        for (operation, resources), estimates in per_share.items():
+            t = wanted[(operation, resources)]
+            est = np.array(estimates)
+            tolerance = max(0.005, 0.05 * t)
+            rows.append({"operation": operation, "resources": resources, "full_share": t,
+                         "coverage": float(np.mean((est[:, 1] <= t) & (t <= est[:, 2]))),
+                         "within_tolerance": float(np.mean(np.abs(est[:, 0] - t) <= tolerance)),
+                         "mean_error": float(np.mean(est[:, 0] - t)),
+                         "median_half_width": float(np.median((est[:, 2] - est[:, 1]) / 2)), "runs": len(est)})
+        results.append({"process": process.process, "iterations": len(calls) - 1,
+                        "windows_per_run": float(np.median(windows_per_run)), "seconds": time.perf_counter() - began,
+                        "shares": rows})
+        for row in rows:
+            print(f"{process.process} {row['operation']:>14s} {row['resources']:<12s} full {row['full_share']:.3f} "
+                  f"coverage {row['coverage']:.2f} within tolerance {row['within_tolerance']:.2f} "
+                  f"mean error {row['mean_error']:+.4f} half-width {row['median_half_width']:.4f}", flush=True)
+    return {"trace": str(trace), "seeds": seeds, "spec": spec_fields, "min_share": MIN_SHARE, "processes": results}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    rec = commands.add_parser("record", help="profile an overhead workload, everything on, the whole run")
+    rec.add_argument("trace", type=Path)
+    rec.add_argument("--workload", default="gym_numpy")
+    rec.add_argument("--steps", type=int, default=40_000)
+    chk = commands.add_parser("check", help="sample a full trace after the fact, once per seed")
+    chk.add_argument("trace", type=Path)
+    chk.add_argument("--seeds", type=int, default=100)
+    for name, default in (("window", 10), ("block", 200), ("warmup", 50), ("settle", 2)):
+        chk.add_argument(f"--{name}", type=int, default=default)
+    chk.add_argument("--out", type=Path, default=None, help="write the results as JSON")
+    args = parser.parse_args()
+    if args.command == "record":
+        record(args.trace, args.workload, args.steps)
+        return
+    fields = {name: getattr(args, name) for name in ("window", "block", "warmup", "settle")}
+    result = check(args.trace, args.seeds, fields)
+    if args.out is not None:
+        args.out.write_text(json.dumps(result, indent=1) + "\n")
+
+
+if __name__ == "__main__":
+    main()
