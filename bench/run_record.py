@@ -1,0 +1,55 @@
+"""Where and when a benchmark ran, for the JSON records its ``--json`` option writes: a results
+page's tables are generated from these records (``bench/tables_profiler.py``), so each says which
+machine, interpreter and commit gave its numbers.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+import os
+import platform
+import subprocess
+from pathlib import Path
+from typing import Any
+
+__all__ = ["host", "write"]
+
+_REPO = Path(__file__).resolve().parents[1]
+
+
+def _cpu_model() -> str:
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("model name"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return platform.processor() or platform.machine()
+
+
+def _commit() -> str | None:
+    """The checkout's commit, with ``+dirty`` where tracked files differ from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", "-C", str(_REPO), *args], capture_output=True, text=True, check=True).stdout
+
+    try:
+        commit = git("rev-parse", "--short", "HEAD").strip()
+        return commit + ("+dirty" if git("status", "--porcelain", "--untracked-files=no").strip() else "")
+    except (OSError, subprocess.CalledProcessError):
+        return None
+
+
+def host() -> dict[str, Any]:
+    """This machine and checkout: CPU model, cores (and those this process may run on, which
+    ``taskset`` narrows), Python, date (UTC) and commit."""
+    allowed = sorted(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else None
+    return {"cpu": _cpu_model(), "cores": os.cpu_count(), "allowed_cores": allowed, "machine": platform.machine(),
+            "python": platform.python_version(), "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
+            "commit": _commit()}
+
+
+def write(path: Path, record: dict[str, Any]) -> None:
+    """``record`` with :func:`host` under ``"host"``, as indented JSON at ``path``."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps({"host": host(), **record}, indent=1) + "\n")
