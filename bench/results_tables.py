@@ -21,6 +21,7 @@ import pandas as pd
 
 import tables_gpu
 import tables_overhead
+import tables_sampled
 from tables_common import H100, RESULTS, markdown_table, read_jsonl, short_sci
 
 _BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
@@ -355,6 +356,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "fused_compare": fused_compare, "fused_roofline": fused_roofline, "fused_inference": fused_inference,
     "figure_runs": figure_runs, "brax_throughput": brax_throughput,
     **tables_gpu.TABLES,
+    **tables_sampled.TABLES,
     **tables_overhead.TABLES,
 }
 

@@ -1,12 +1,18 @@
 """Is a sampled run's estimate right? Sample a fully traced run after the fact, many times over.
 
+    python bench/sampled_validation.py synthetic [--seeds 200] [--out synthetic.json]
     python bench/sampled_validation.py record TRACE_DIR [--workload gym_numpy] [--steps 40000]
     python bench/sampled_validation.py check TRACE_DIR [--seeds 100] [--window 10] [--block 200] \\
         [--warmup 50] [--settle 2] [--out validation.json]
 
-``record`` profiles one of the overhead workloads (``experiments/overhead/loops.py``) with every
-layer on, the whole run. ``check`` draws the windows a sampled session with each seed would have
-measured (``rlscope.collect.sampling.window_starts``, on the trace's own ``rlscope.step()`` times),
+``synthetic`` runs the estimator on made-up runs whose truth is known (an operation's share
+drifting x1.5 over the run, noise, an evaluation every 100 iterations that takes 20 iterations'
+time), with the windows placed two ways: the gap between windows drawn uniformly (what
+``rlscope.collect.sampling`` does) and one window at a uniform offset inside each fixed block
+(what it does not do, and why). ``record`` profiles one of the overhead workloads
+(``experiments/overhead/loops.py``) with every layer on, the whole run. ``check`` draws the
+windows a sampled session with each seed would have measured
+(``rlscope.collect.sampling.window_starts``, on the trace's own ``rlscope.step()`` times),
 estimates every share from those windows alone (``rlscope.analyze.sampled``, one phase) and
 compares each with the share of the full trace over the same iterations. Per operation and
 resources taking at least 5% of the iteration time, over the seeds: how often the 95% interval
@@ -30,6 +36,46 @@ import numpy as np
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 MIN_SHARE = 0.05
+
+
+def _fixed_blocks(spec: Any, windows: int, rng: Any) -> list[int]:
+    """One window at a uniform offset inside each fixed block: iterations near a block's edges
+    fall in fewer of the possible windows than those in its middle."""
+    return [spec.warmup + b * spec.block + int(rng.integers(0, spec.block - spec.window + 1)) for b in range(windows)]
+
+
+def synthetic(seeds: int, iterations: int = 40_000) -> dict[str, Any]:
+    from rlscope.analyze.sampled import ratio_estimate
+    from rlscope.collect.sampling import SampleSpec, window_starts
+
+    results = {}
+    for schedule in ("uniform gaps", "fixed blocks"):
+        covered, errors, halves, seen = [], [], [], []
+        for seed in range(seeds):
+            rng = np.random.default_rng(seed)
+            drift = np.linspace(1.0, 1.5, iterations)
+            part = 0.3 * drift * rng.lognormal(0, 0.2, iterations)
+            wall = part + 0.7 * drift * rng.lognormal(0, 0.2, iterations)
+            wall[::100] += 20.0
+            spec = SampleSpec(window=10, block=200, warmup=0, settle=0, seed=seed)
+            starts = window_starts(spec, iterations // spec.block) if schedule == "uniform gaps" else \
+                _fixed_blocks(spec, iterations // spec.block, rng)
+            starts = [s for s in starts if s + spec.window <= iterations]
+            x = np.array([wall[s:s + spec.window].sum() for s in starts])
+            y = np.array([part[s:s + spec.window].sum() for s in starts])
+            est = ratio_estimate(y, x, wall.sum())
+            truth = part.sum() / wall.sum()
+            covered.append(est.low <= truth <= est.high)
+            errors.append(est.share - truth)
+            halves.append((est.high - est.low) / 2)
+            seen.append(np.mean([any(i % 100 == 0 for i in range(s, s + spec.window)) for s in starts]))
+        errors_ = np.array(errors)
+        results[schedule] = {"coverage": float(np.mean(covered)), "mean_error": float(errors_.mean()),
+                             "error_sd": float(errors_.std()), "median_half_width": float(np.median(halves)),
+                             "windows_seeing_an_evaluation": float(np.mean(seen)), "seeds": seeds}
+        print(schedule, results[schedule], flush=True)
+    return {"iterations": iterations, "window": 10, "block": 200, "evaluation_every": 100,
+            "evaluation_share_of_windows_expected": 10 / 100, "schedules": results}
 
 
 def record(out: Path, workload: str, steps: int) -> None:
@@ -108,6 +154,9 @@ def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
+    syn = commands.add_parser("synthetic", help="the estimator on made-up runs, two ways of placing windows")
+    syn.add_argument("--seeds", type=int, default=200)
+    syn.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     rec = commands.add_parser("record", help="profile an overhead workload, everything on, the whole run")
     rec.add_argument("trace", type=Path)
     rec.add_argument("--workload", default="gym_numpy")
@@ -121,6 +170,11 @@ def main() -> None:
     args = parser.parse_args()
     if args.command == "record":
         record(args.trace, args.workload, args.steps)
+        return
+    if args.command == "synthetic":
+        result = synthetic(args.seeds)
+        if args.out is not None:
+            args.out.write_text(json.dumps(result, indent=1) + "\n")
         return
     fields = {name: getattr(args, name) for name in ("window", "block", "warmup", "settle")}
     result = check(args.trace, args.seeds, fields)

@@ -13,9 +13,9 @@ The gap between one window's end and the next window's start is drawn uniformly 
 is measured with the same probability, ``(window - settle) / block``: what makes the shares'
 ratio estimate unbiased. One window at a uniform place inside each fixed block does not do
 that: an iteration near a block's edge falls in fewer of the possible windows than one in its
-middle, and an evaluation every 100 iterations with blocks of 200 was then seen in 5.8% of the
-windows instead of 10%, which moved a share's estimate by 2.4 times its standard error
-(tests/test_sampled.py, with this schedule: 95% of the intervals cover). The first ``settle``
+middle, and an evaluation every 100 iterations with blocks of 200 was then seen in about 6% of
+the windows instead of 10%, which biased a share's estimate by about twice its standard error
+(``bench/sampled_validation.py synthetic``, docs/results/sampled.md). The first ``settle``
 iterations of each window are recorded but left out of its time (``rlscope.analyze.sampled``):
 switching CUPTI's recording on slows the launches that follow it for a while.
 
