@@ -183,3 +183,27 @@ def test_calibration_runs_hold_enough_rollouts_to_alternate_on() -> None:
     assert steps_per_iteration("a2c", 1) == 5  # SB3's default n_steps
     assert steps_per_iteration("td3", 1) == steps_per_iteration("sac", 1) == 1  # one step, one update
     assert MIN_CALIBRATION_ITERATIONS * steps_per_iteration("ppo", 1) > 2 * 10_000
+
+
+def test_a_calibration_is_made_at_the_length_its_rollouts_need(tmp_path, monkeypatch) -> None:
+    """_calibration(make=True) asks the cache for a calibration of a command long enough for
+    MIN_CALIBRATION_ITERATIONS rollouts, with options calibrate() accepts."""
+    import inspect
+
+    import rlscope.calibrate as calibrate_package
+    from experiments.casestudies import profiled
+    from rlscope.calibrate.ladder import calibrate
+
+    asked = {}
+
+    def cached(identity, command, **options):
+        accepted = set(inspect.signature(calibrate).parameters)
+        assert set(options) <= accepted, set(options) - accepted
+        asked.update(identity=identity, command=command(), options=options)
+        return None, tmp_path / "calibration.json"
+
+    monkeypatch.setattr(calibrate_package, "cached_calibration", cached)
+    profiled._calibration("ppo", "Walker2d-v5", 10_000, "cuda", None, 1, "sb3", 600.0, make=True)
+    length = int(asked["command"][asked["command"].index("Walker2d-v5") + 1])
+    assert length == profiled.MIN_CALIBRATION_ITERATIONS * 512
+    assert any("min-iterations" in part for part in asked["identity"])

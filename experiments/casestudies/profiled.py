@@ -179,9 +179,10 @@ def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning
     once (``make``) and cached, or None where there is none."""
     from rlscope.calibrate import cached_calibration, find_cached_calibration
 
-    identity = _command(algorithm, env, 0, device, learning_starts, n_envs, False, framework)
-    options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1,
-               "min_iterations": MIN_CALIBRATION_ITERATIONS}
+    # The identity names the calibration's least length: one made shorter is another calibration.
+    identity = [*_command(algorithm, env, 0, device, learning_starts, n_envs, False, framework),
+                f"--min-iterations={MIN_CALIBRATION_ITERATIONS}"]
+    options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1}
     if not make:
         return find_cached_calibration(identity, **options)
     length = max(CALIBRATION_TIMESTEPS_FACTOR * timesteps,
