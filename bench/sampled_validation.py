@@ -87,16 +87,6 @@ def record(out: Path, workload: str, steps: int) -> None:
     print(f"trace: {out}", flush=True)
 
 
-def _step_calls(process: Any) -> np.ndarray:
-    """The times of the process's ``rlscope.step()`` calls, in order: a step row runs from one
-    call to the next, so the first row's start and every row's end."""
-    from rlscope.trace.schema import Kind
-
-    ev = process.events
-    steps = ev[ev["kind"] == int(Kind.STEP)].sort_values("start_ns")
-    return np.concatenate((steps["start_ns"].to_numpy()[:1], steps["end_ns"].to_numpy()))
-
-
 def _shares(table: Any) -> dict[tuple[str, str], float]:
     main = table[table["thread"] == "main"]
     return {k: float(v) for k, v in main.groupby(["operation", "resources"])["time_ns"].sum().items()}
@@ -105,12 +95,12 @@ def _shares(table: Any) -> dict[tuple[str, str], float]:
 def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any]:
     from rlscope.analyze.attribution import read_attributed
     from rlscope.analyze.overlap import analyze_process
-    from rlscope.analyze.sampled import _in_window, analyze_sampled
+    from rlscope.analyze.sampled import _in_window, analyze_sampled, step_calls
     from rlscope.collect.sampling import SampleSpec, window_starts
 
     results = []
     for process in read_attributed(trace):
-        calls = _step_calls(process)
+        calls = step_calls(process)
         spec = SampleSpec(**spec_fields)
         first, last = calls[min(spec.warmup, len(calls) - 1)], calls[-1]
         full = _shares(analyze_process(_in_window(process, int(first), int(last)))[0])

@@ -183,7 +183,8 @@ struct Stepper {
     int64_t window_ns = 0;
     int64_t window_start = -1;  // -1: before the first step
     int64_t iterations = 0;
-    int64_t countdown = 0;  // > 0: the window is over after this many more steps (on_window returned it)
+    int64_t countdown = 0;  // while counting: the window is over after this many more steps
+    bool counting = false;  // on_window's last call returned a number of steps (not None: after window_ms)
 };
 Stepper g_stepper;
 
@@ -196,16 +197,24 @@ void step_now() {
     s.ops->step(s.phase);
     if (!s.on_window.is_valid() || s.on_window.is_none()) return;
     ++s.iterations;
-    if (s.countdown > 0 && --s.countdown > 0) return;
+    if (s.counting && --s.countdown > 0) return;
     const int64_t now = now_ns();
-    if (s.countdown == 0 && s.window_start >= 0 && now - s.window_start < s.window_ns) return;
+    if (!s.counting && s.window_start >= 0 && now - s.window_start < s.window_ns) return;
     nb::object on_window = s.on_window;  // the callback may rebind the stepper
-    nb::object next = on_window(s.window_start, now, s.iterations);
+    const int64_t start = s.window_start, iterations = s.iterations;
+    // The stretch is handed over before the call: if the callback raises, the next window starts
+    // afresh (no step counted twice), and the error goes on to the caller's rlscope.step().
+    s.window_start = now;
+    s.iterations = 0;
+    s.counting = false;
+    nb::object next = on_window(start, now, iterations);
     if (g_stepper.on_window.is(on_window)) {
         g_stepper.window_start = now_ns();  // switching layers is in no window
-        g_stepper.iterations = 0;
-        // An int: the next window is over after that many steps; None: after window_ms.
-        g_stepper.countdown = next.is_none() ? 0 : std::max<int64_t>(1, nb::cast<int64_t>(next));
+        // An int: the next window is over after that many steps (at least one); else after window_ms.
+        if (nb::isinstance<nb::int_>(next)) {
+            g_stepper.counting = true;
+            g_stepper.countdown = std::max<int64_t>(1, nb::cast<int64_t>(next));
+        }
     }
 }
 

@@ -1,16 +1,17 @@
 """Shares of a sampled run: ratio estimates over its windows, with intervals, and its phases.
 
 A sampled session (``rlscope.profile(sample=...)``, ``rlscope.collect.sampling``) records every
-iteration's wall time, but everything else only inside windows of a few iterations, one window
-placed at random in each block of iterations. So each window ``i`` gives, per operation and
-resource, the time ``y_i`` spent there over the window's wall time ``x_i``; the run's share is
-the ratio estimate ``R = sum(y) / sum(x)``, and its time over the whole run is ``R`` times the
-total iteration time, which every iteration's recorded wall time gives exactly.
+iteration's wall time, but everything else only inside windows of a few iterations, placed at
+random with every iteration equally likely to be measured. So each window ``i`` gives, per
+operation and resource, the time ``y_i`` spent there over the window's wall time ``x_i``; the
+share is the ratio estimate ``R = sum(y) / sum(x)``, and its time over the iterations after the
+warm-up is ``R`` times their total time, which the ``rlscope.step()`` times give exactly (the
+start-up before the first step and the warm-up are in no estimate).
 
 The interval: ``R``'s variance to first order is that of the residuals ``d_i = y_i - R x_i``
-(``n s_d^2 / sum(x)^2``). One window per block is a systematic sample with a random start in
-each stratum, for which the plain variance of ``d`` overstates the error wherever the run
-drifts slowly and understates nothing; the successive-difference estimator
+(``n s_d^2 / sum(x)^2``). Windows spread evenly over a run are close to a systematic sample, for
+which the plain variance of ``d`` overstates the error wherever the run drifts slowly; the
+successive-difference estimator
 ``s_d^2 = sum((d_{i+1} - d_i)^2) / (2 (n - 1))`` takes only differences of neighbouring windows,
 so a slow trend (warming caches, a learning rate schedule, a growing replay buffer) cancels out
 of it. A change of phase shows as one large difference, which the per-segment estimates
@@ -22,21 +23,30 @@ from __future__ import annotations
 import dataclasses
 import json
 import math
+import warnings
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
+from rlscope.analyze.caveats import add_caveat
 from rlscope.errors import TraceError
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import Kind
 
-__all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "ShareEstimate", "ratio_estimate", "successive_difference_variance",
-           "phases", "is_sampled", "analyze_sampled"]
+__all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "SampledWarning", "ShareEstimate", "step_calls", "ratio_estimate",
+           "successive_difference_variance", "phases", "is_sampled", "analyze_sampled"]
 
 SAMPLES_FILE = "samples.json"  # written by rlscope.collect.sampling (which analyze may not import)
 SAMPLED_COLUMNS = ["process", "segment", "first_iteration", "operation", "resources", "share", "share_low",
                    "share_high", "seconds", "seconds_low", "seconds_high", "windows", "flagged_windows"]
+WINDOWS_ONLY = "measured in sampled windows only (samples.json): the sampled table scales the shares to the run"
+
+
+class SampledWarning(UserWarning):
+    """A sampled process whose tables cannot be estimated (no complete window)."""
+
+
 # CUPTI's own records that make a window unlike the others: kernels being instrumented or loaded.
 _LOADING = ("overhead: CUPTI instrumentation", "overhead: module loading", "overhead: lazy function loading")
 
@@ -82,27 +92,38 @@ def ratio_estimate(part_ns: np.ndarray, window_ns: np.ndarray, total_ns: float) 
     return ShareEstimate(share, low, high, share * seconds, low * seconds, high * seconds, len(x))
 
 
-def phases(shares: np.ndarray, min_windows: int = 5) -> list[int]:
+def phases(shares: np.ndarray, min_windows: int = 5, min_share: float = 0.05, min_change: float = 0.02) -> list[int]:
     """Where a run's shares change level: the indices of the windows that start a new phase
-    (0 first), found by PELT (``ruptures``) on the windows' shares (rows: windows in order of
-    time, columns: the operation x resource shares), a squared-error cost and a penalty of
-    ``2 log(n)`` times the noise variance per column, itself estimated from successive
-    differences so that the changes being looked for do not inflate it. A phase is at least
-    ``min_windows`` long."""
+    (0 first). Rows: windows in order of time; columns: the operation x resource shares. PELT
+    (``ruptures``) with a squared-error cost on the columns of at least ``min_share`` on average,
+    each scaled by its noise (estimated from successive differences, so that the changes looked
+    for do not inflate it), and a penalty of ``2 log(n)`` per column; then neighbouring phases
+    whose shares differ by less than ``min_change`` in every column are joined. Why both: scaled
+    by its own noise, a quiet column of a percent or two would make a phase of a change nobody
+    needs told apart, and a slow drift would be cut into steps of no consequence. A phase is at
+    least ``min_windows`` long, and at least a twentieth of the run."""
     import ruptures
 
     data = np.asarray(shares, dtype=np.float64)
     if data.ndim == 1:
         data = data[:, None]
     n = len(data)
-    if n < 2 * min_windows:
+    min_windows = max(min_windows, n // 20)
+    data = data[:, data.mean(axis=0) >= min_share] if len(data) else data
+    if n < 2 * min_windows or data.shape[1] == 0:
         return [0]
     noise = np.array([successive_difference_variance(column) for column in data.T])
     scale = np.sqrt(np.where(noise > 0, noise, 1.0))
     normalised = (data - data.mean(axis=0)) / scale
     penalty = 2.0 * math.log(n) * data.shape[1]
     ends = ruptures.Pelt(model="l2", min_size=min_windows, jump=1).fit(normalised).predict(pen=penalty)
-    return [0] + [int(e) for e in ends[:-1]]
+    starts = [0] + [int(e) for e in ends[:-1]]
+    joined = [0]
+    for start, stop in zip(starts[1:], starts[2:] + [n]):
+        before = data[joined[-1]:start].mean(axis=0)
+        if np.max(np.abs(data[start:stop].mean(axis=0) - before)) >= min_change:
+            joined.append(start)
+    return joined
 
 
 def is_sampled(trace: ProcessTrace) -> bool:
@@ -155,11 +176,14 @@ def _in_window(trace: ProcessTrace, start_ns: int, end_ns: int) -> ProcessTrace:
     return _WindowCutter(trace, end_ns - start_ns).cut(start_ns, end_ns)
 
 
-def _iteration_ns(trace: ProcessTrace) -> np.ndarray:
-    """Every iteration's wall time, in order (the step rows, which a sampled run records always)."""
+def step_calls(trace: ProcessTrace) -> np.ndarray:
+    """The times of the process's ``rlscope.step()`` calls, in order (element ``k`` is call
+    ``k + 1``): a step row starts at every call but the last, which starts none, and a row ends
+    at the next call, or where ``set_phase`` closed it (then the time to the next call, training
+    after a rollout in SB3's integration, is in no row: calls, not row lengths, give iterations)."""
     ev = trace.events
     steps = ev[ev["kind"] == int(Kind.STEP)].sort_values("start_ns")
-    return (steps["end_ns"] - steps["start_ns"]).to_numpy(dtype=np.float64)
+    return np.concatenate((steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()[-1:]))
 
 
 def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
@@ -195,10 +219,12 @@ def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace
     if windows is None:
         windows, spec = _windows(trace)
     spec = spec or {}
-    if not windows:
-        raise TraceError(f"{trace.directory / SAMPLES_FILE}: no complete sampled window; the run ended before its "
-                         f"first (warmup {spec.get('warmup')} iterations, then one window per {spec.get('block')}): "
-                         "run longer, or sample with a smaller warmup and block")
+    if not windows:  # killed before a window ended, or too short a run: nothing to estimate from
+        warnings.warn(f"{trace.process}: sampled, but no window was complete ({trace.directory / SAMPLES_FILE}); "
+                      f"its tables are left empty: run longer, or sample with a smaller warmup and block "
+                      f"(warmup {spec.get('warmup')}, block {spec.get('block')})", SampledWarning, stacklevel=2)
+        breakdown, transitions = analyze_process(dataclasses.replace(trace, events=trace.events.iloc[:0]))
+        return breakdown.iloc[:0], transitions.iloc[:0], pd.DataFrame(columns=SAMPLED_COLUMNS)
     cutter = _WindowCutter(trace, max(end - start for _, start, end, _ in windows))
     parts = [analyze_process(cutter.cut(start, end)) for _, start, end, _ in windows]
     breakdowns = []
@@ -209,6 +235,7 @@ def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace
     breakdown = per_window.groupby(keys, as_index=False, sort=False).agg(
         time_ns=("time_ns", "sum"), caveat=("caveat", "first"))
     breakdown["time_s"] = breakdown["time_ns"] / 1e9
+    add_caveat(breakdown, WINDOWS_ONLY)
     moves = pd.concat([t for _, t in parts], ignore_index=True)
     transitions = moves.groupby(["process", "thread", "phase", "operation", "transition"], as_index=False,
                                 sort=False).agg(count=("count", "sum"), iterations=("iterations", "sum"),
@@ -221,16 +248,17 @@ def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace
     x = np.array([end - start for _, start, end, _ in windows], dtype=np.float64)
     shares = y.to_numpy(dtype=np.float64) / x[:, None]
     starts = phases(shares) if find_phases else [0]
-    iteration_ns = _iteration_ns(trace)
+    calls = step_calls(trace)
     flags = _flags(trace, windows)
     rows = []
     for segment, (first, stop) in enumerate(zip(starts, starts[1:] + [len(windows)])):
         seg_x = x[first:stop]
-        # the segment's iterations: from the warm-up's end (or where its first window's block
-        # begins) to where the next segment's does
-        begin = int(spec.get("warmup", 0)) if segment == 0 else windows[first][0]
-        end = windows[stop][0] if stop < len(windows) else len(iteration_ns)
-        seg_total = float(iteration_ns[begin:end].sum())
+        # the segment's iterations: from the end of the warm-up (the first segment) or the call
+        # its first window's measuring starts at, to the call the next segment's starts at, or
+        # the last call (calls are counted from 1, ``calls`` from 0)
+        begin = max(int(spec.get("warmup", 0)), 1) if segment == 0 else windows[first][0]
+        end = windows[stop][0] if stop < len(windows) else len(calls)
+        seg_total = float(calls[min(end, len(calls)) - 1] - calls[min(begin, len(calls)) - 1])
         flagged = sum(bool(f) for f in flags[first:stop])
         for (operation, resources), column in y.items():
             est = ratio_estimate(column.to_numpy()[first:stop], seg_x, seg_total)

@@ -112,6 +112,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
         env[ENV_WINDOWS] = windows
     if sample is not None:
         env[ENV_SAMPLE] = sample or "on"
+    else:  # not inherited from a sampled parent: calibration's runs and baselines are traced whole
+        env.pop(ENV_SAMPLE, None)
     if process:
         env[ENV_PROCESS] = process
     if target_spec:

@@ -26,6 +26,9 @@ what an attached CUPTI costs each CUDA call, but hundreds of detaches a run cras
 whose XLA threads were inside CUDA at the time (``windows.py``); a profiler that may crash the
 run it watches is not one to leave on for hours.
 
+A process is fully traced until its first ``rlscope.step()``, which switches it off; one that
+never calls it (a worker, a helper process) stays an ordinary full trace.
+
 ``samples.json`` beside the events lists every window: ``[first_iteration, start_ns, end_ns,
 iterations]`` of its measured part (after settling), and the schedule it was drawn from.
 """
@@ -45,6 +48,7 @@ __all__ = ["SAMPLES_FILE", "SampleSpec", "SampledWindows", "parse_sample", "wind
 
 SAMPLES_FILE = "samples.json"
 _OFF, _ALL = 0, len(LEVELS) - 1
+_NEVER = 1 << 62  # steps until the next call, once sampling has stopped
 
 
 @dataclasses.dataclass(frozen=True)
@@ -65,9 +69,10 @@ class SampleSpec:
         if self.settle >= self.window:
             raise RlscopeError(f"sample {self.text()}: settle ({self.settle}) must be shorter than the window "
                                f"({self.window}), or no iteration of a window is measured")
-        if self.window >= self.block:
-            raise RlscopeError(f"sample {self.text()}: a window ({self.window}) must be shorter than a block "
-                               f"({self.block}); for everything, profile without sampling")
+        if self.block < 2 * self.window:
+            raise RlscopeError(f"sample {self.text()}: a block ({self.block}) must be at least twice a window "
+                               f"({self.window}), or the gaps between windows are nearly fixed and line up with "
+                               "periodic work; for everything, profile without sampling")
 
     def text(self) -> str:
         fields = dataclasses.asdict(self)
@@ -82,7 +87,9 @@ def parse_sample(spec: str | bool | SampleSpec | dict[str, Any]) -> SampleSpec:
     if spec is True or spec in ("", "1", "on"):
         return SampleSpec()
     if isinstance(spec, dict):
-        fields = spec
+        fields = dict(spec)
+        if bad := sorted(k for k, v in fields.items() if not isinstance(v, int) or isinstance(v, bool)):
+            raise RlscopeError(f"sample {spec!r}: {', '.join(bad)} must be whole numbers of iterations")
     else:
         fields = {}
         for part in str(spec).split(","):
@@ -118,20 +125,37 @@ class SampledWindows:
     with the stretch since its last call, and the int it returns is how many steps until the
     next call (``bind_step``), so the schedule costs nothing between switches."""
 
-    def __init__(self, session: Any, spec: SampleSpec) -> None:
+    def __init__(self, session: Any, spec: SampleSpec, directory: Path) -> None:
         self.session = session
+        if spec.seed is None:  # drawn now and written down, so the windows can be drawn again
+            spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
         self.spec = spec
         self.switch = LayerSwitch(session)
         self.windows: list[list[int]] = []
         self._rng = random.Random(spec.seed)
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec)  # as window_starts draws them
         self._iteration = 0  # steps seen so far
-        self._state = "start"  # start -> off -> settling -> measuring -> off ...
+        self._state = "start"  # start -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
+        # Written now, so that a process killed before close() is still known to be sampled (its
+        # trace is no full trace); close() writes the windows.
+        self._write(directory, complete=False)
 
     def on_window(self, start_ns: int, end_ns: int, iterations: int) -> int:
         """The stretch since the last call (``start_ns`` -1 at the first, at the end of the first
-        step) ended after ``iterations`` steps: switch, and say after how many steps to call again."""
+        step) ended after ``iterations`` steps: switch, and say after how many steps to call again.
+        Should switching fail, everything is switched back on and sampling stops, rather than
+        leave the run half instrumented; the error goes on to the caller's ``rlscope.step()``."""
+        if self._state == "stopped":
+            return _NEVER
+        try:
+            return self._next(start_ns, end_ns, iterations)
+        except BaseException:
+            self._state = "stopped"
+            self.switch.restore()
+            raise
+
+    def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
@@ -152,8 +176,17 @@ class SampledWindows:
         return self.spec.window - self.spec.settle
 
     def close(self, directory: Path) -> None:
-        """Switch everything back on (a window open now is left out) and write the windows."""
+        """Switch everything back on (a window open now is left out) and write the windows. A
+        process that never called ``rlscope.step()`` was never switched: it is an ordinary full
+        trace (a worker, a helper process started under ``rlscope prof --sample``)."""
         self.switch.restore()
+        if self._state == "start":
+            (directory / SAMPLES_FILE).unlink(missing_ok=True)
+            return
+        self._write(directory, complete=True)
+
+    def _write(self, directory: Path, complete: bool) -> None:
+        switched = self.switch.annotations_switched
         write_json_atomic(directory / SAMPLES_FILE, {
-            "spec": dataclasses.asdict(self.spec), "annotations_switched": bool(self.switch.annotations_switched),
-            "windows": self.windows})
+            "spec": dataclasses.asdict(self.spec), "complete": complete, "stopped_by_error": self._state == "stopped",
+            "annotations_switched": None if switched is None else bool(switched), "windows": self.windows})

@@ -176,8 +176,8 @@ class Session:
         if spec := os.environ.get(ENV_WINDOWS):  # calibration: layers switched on and off as it runs
             self._windows = AlternatingWindows(self, *parse_windows(spec))
         elif self.sample is not None:  # a long run: everything only in sampled windows
-            self._windows = SampledWindows(self, self.sample)
-            self._meta["sample"] = self.sample.text()
+            self._windows = SampledWindows(self, self.sample, self.dir)
+            self._meta["sample"] = self._windows.spec.text()  # with the seed drawn, if none was given
         # calibration: the process ends at its first rlscope.step() (a profiled start-up, timed)
         self._until_first_step = os.environ.get(ENV_UNTIL_FIRST_STEP) == "1"
         if flush_interval < float("inf"):  # events written within about a second (collect.flusher)
