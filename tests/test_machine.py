@@ -38,6 +38,23 @@ def test_a_machine_without_machine_id_or_gpus_still_has_an_identity(monkeypatch)
     assert machine.machine_identity().startswith("vm#")
 
 
+def test_gpu_uuids_come_from_the_drivers_files(tmp_path, monkeypatch) -> None:
+    for bus, uuid in (("0000:01:00.0", "GPU-1111"), ("0000:02:00.0", "GPU-2222")):
+        (tmp_path / bus).mkdir()
+        (tmp_path / bus / "information").write_text(f"Model: \t NVIDIA H100\nGPU UUID: \t {uuid}\nBus Location: x\n")
+    monkeypatch.setattr(machine, "_GPU_INFO", tmp_path)
+    assert machine._gpu_uuids() == ["GPU-1111", "GPU-2222"]
+    monkeypatch.setattr(machine, "_GPU_INFO", tmp_path / "absent")
+    assert machine._gpu_uuids() == []
+
+
+def test_an_empty_machine_id_file_is_passed_over(tmp_path, monkeypatch) -> None:
+    (tmp_path / "empty").write_text("\n")
+    (tmp_path / "dbus").write_text("abc123\n")
+    monkeypatch.setattr(machine, "_MACHINE_ID_FILES", (tmp_path / "empty", tmp_path / "dbus"))
+    assert machine._machine_id() == "abc123"
+
+
 def test_a_calibration_from_another_machine_of_the_same_name_warns() -> None:
     from rlscope.calibrate.model import CalibrationWarning
     from tests.calibration_helpers import calibration_of

@@ -139,8 +139,8 @@ class Calibration:
         """Warn when the trace comes from another machine or rlscope version."""
         trace_machine = {"host": meta.get("host"), "machine": meta.get("machine"),
                          "rlscope": meta.get("rlscope_version")}
-        for key, value in trace_machine.items():
-            if value is not None and self.machine.get(key) != value:
+        for key, value in trace_machine.items():  # what either side does not record is not compared
+            if value is not None and key in self.machine and self.machine[key] != value:
                 warnings.warn(f"calibration measured with {key}={self.machine.get(key)!r}, trace has {value!r}: "
                               f"costs per event may not carry over; calibrate on this machine and version",
                               CalibrationWarning, stacklevel=3)
