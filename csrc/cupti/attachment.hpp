@@ -22,7 +22,9 @@ struct Attachment {
     std::atomic<uint64_t> detaches{0};
 };
 Attachment g_attach;
-void *g_floor = nullptr;  // the bench's bare client (floor.hpp) while it runs: CUPTI has one client at a time
+// The bench's bare client (floor.hpp) while it runs: CUPTI has one client at a time. Atomic: CUPTI's
+// buffer thread reads it.
+std::atomic<void *> g_floor{nullptr};
 
 // Called with g_attach.mutex held; the only place cuptiFinalize is called.
 void detach_now() {

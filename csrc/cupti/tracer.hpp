@@ -81,7 +81,7 @@ public:
                    bool api_callbacks) {
         require_loaded();
         nb::dict out;
-        if (g_tracer || g_floor)
+        if (g_tracer || g_floor.load())
             return failure(out, "start", CUPTI_ERROR_MULTIPLE_SUBSCRIBERS_NOT_SUPPORTED,
                            g_tracer ? "rlscope" : "the bench's bare CUPTI client (rlscope._cupti.Floor)");
         std::lock_guard<std::mutex> lock(g_attach.mutex);
