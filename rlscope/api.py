@@ -130,8 +130,9 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     ``gpu="runtime,kernels"`` traces a subset of runtime API, driver API and kernels/copies.
     ``sample=True`` (or ``"window=20,block=500,warmup=50,settle=2,seed=1"``, or a dict of those)
     records every iteration's wall time but everything else only in windows of ``window``
-    iterations, one at a random place in each block of ``block``: for long runs
-    (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the shares with intervals).
+    iterations at random places, on average one per ``block``, from the first ``rlscope.step()``
+    on: for long runs (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the
+    shares with intervals).
 
     Under ``rlscope prof`` the process is already being profiled into the directory it chose:
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
