@@ -21,6 +21,7 @@ import pandas as pd
 
 import tables_gpu
 import tables_overhead
+import tables_profiler
 import tables_sampled
 from tables_common import H100, RESULTS, markdown_table, read_jsonl, short_sci
 
@@ -358,6 +359,7 @@ TABLES: dict[str, Callable[[], str]] = {
     **tables_gpu.TABLES,
     **tables_sampled.TABLES,
     **tables_overhead.TABLES,
+    **tables_profiler.TABLES,
 }
 
 
