@@ -139,6 +139,12 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     the block runs unprofiled.
     """
     if _bound is not None:  # already profiled (rlscope prof, or an outer profile())
+        if sample:
+            import warnings
+
+            warnings.warn("rlscope.profile(sample=...): this process is already profiled (rlscope prof, or an "
+                          "outer profile()), which decides whether it is sampled; use rlscope prof --sample",
+                          stacklevel=3)
         if process:
             _bound.rename(process)
         if phase:

