@@ -94,8 +94,10 @@ docs: $(STAMP)
 
 # The GPU smoke run (.github/workflows/smoke-gpu.yml, a self-hosted GPU runner): the doctor at full
 # scale, the GPU tests, then every manifest at quick scale with its policy and simulators on the GPU.
-# 477 s on one H100 (docs/results/smoke-gpu.md); its own output directory, so it never replaces the
-# CPU quick runs' results.
+# Target: under 10 minutes on one H100 (docs/results/smoke-gpu.md); its own output directory, so it
+# never replaces the CPU quick runs' results. It leaves its record there beside the runs' results.csv:
+# smoke-times.txt (each step's end in epoch seconds, "runs" with its exit status) and gpu-tests.xml
+# (pytest's JUnit XML: counts and times of the GPU tests).
 # Runs share the GPU SMOKE_JOBS at a time, across manifests (most of a quick run is its process
 # starting): the smoke shows that everything runs on the GPU; its timings are not for reading. The
 # overhead validation is cut to what shows that each way works: one calibration repetition with one
@@ -110,11 +112,15 @@ SMOKE_SET ?= --set device=cuda $(SMOKE_OVERHEAD)
 SMOKE_FIRST := configs/overhead_correction.yaml configs/xla_breakdown.yaml configs/rl_framework_comparison.yaml \
   configs/simulator_comparison.yaml
 smoke-gpu: $(STAMP)
+	mkdir -p $(SMOKE_OUTPUT) && echo "start $$(date -u +%s)" > $(SMOKE_OUTPUT)/smoke-times.txt
 	$(RLSCOPE) doctor --scale full
-	$(PY) -m pytest -m gpu
+	echo "doctor $$(date -u +%s)" >> $(SMOKE_OUTPUT)/smoke-times.txt
+	$(PY) -m pytest -m gpu --junitxml=$(SMOKE_OUTPUT)/gpu-tests.xml
+	echo "gpu-tests $$(date -u +%s)" >> $(SMOKE_OUTPUT)/smoke-times.txt
 	XLA_PYTHON_CLIENT_PREALLOCATE=false $(RLSCOPE) run $(SMOKE_FIRST) $(filter-out $(SMOKE_FIRST),$(MANIFESTS)) \
 	  --scale quick $(SMOKE_SET) --output $(SMOKE_OUTPUT) --jobs $(SMOKE_JOBS); \
-	status=$$?; $(RLSCOPE) report $(SMOKE_OUTPUT); exit $$status
+	status=$$?; echo "runs $$(date -u +%s) $$status" >> $(SMOKE_OUTPUT)/smoke-times.txt; \
+	$(RLSCOPE) report $(SMOKE_OUTPUT); exit $$status
 
 # The container built and used on a real Docker engine, as a non-root user through run_docker.py:
 # the CPU image's builds, the whole test suite, one experiment and the report inside it

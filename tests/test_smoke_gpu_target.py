@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 from pathlib import Path
@@ -37,3 +38,15 @@ def test_smoke_gpu_checks_the_machine_runs_the_gpu_tests_then_every_manifest_on_
     manifests = [word for word in lines[run].split() if word.startswith("configs/")]
     assert manifests[0] == "configs/overhead_correction.yaml" and len(manifests) == len(set(manifests))
     assert "--set session_steps=0" in lines[run] and "--set calibration_repetitions=1" in lines[run]
+
+
+@pytest.mark.skipif(shutil.which("make") is None, reason="needs make")
+def test_smoke_gpu_keeps_a_record_that_the_workflow_uploads() -> None:
+    """Each step's end time and the runs' exit status, and the GPU tests' JUnit XML, beside the runs."""
+    dry = subprocess.run(["make", "-n", "-W", "pyproject.toml", "smoke-gpu"], capture_output=True, text=True,
+                         check=True).stdout
+    assert "pytest -m gpu --junitxml=output/smoke-gpu/gpu-tests.xml" in dry
+    ends = re.findall(r'echo "([\w-]+) [^"]*" >>? output/smoke-gpu/smoke-times\.txt', dry)
+    assert ends == ["start", "doctor", "gpu-tests", "runs"]
+    uploaded = yaml.safe_load(WORKFLOW.read_text())["jobs"]["smoke-gpu"]["steps"][-1]["with"]["path"].split()
+    assert {"output/smoke-gpu/smoke-times.txt", "output/smoke-gpu/gpu-tests.xml"} <= set(uploaded)
