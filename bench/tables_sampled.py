@@ -39,5 +39,21 @@ def full_trace_subsampled() -> str:
                                      "within max(0.5 points, 5%)", "mean error", "median half-width"], rows)
 
 
+def size_and_cost() -> str:
+    """``bench/sampled_size.py``: per mode, the loop's time over the unprofiled one (median
+    [range] over rounds), trace bytes per iteration and per hour of this loop, peak memory."""
+    data = json.loads((SAMPLED / "size_gym_numpy_cpu.json").read_text())
+    rows = []
+    for mode, r in data["summary"].items():
+        low, high = r["over_off_range"]
+        rows.append([mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]", f"{r['wall_s']:.2f}",
+                     f"{r['bytes_per_iteration']:.1f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:.0f}"])
+    caption = (f"{data['workload']}, {data['steps']:,} iterations, {data['rounds']} rounds, "
+               f"sample {data['sample']}\n\n")
+    return caption + markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
+                                     "trace MB per hour of this loop", "peak memory (MB)"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {"sampled_synthetic": synthetic_schedules,
-                                        "sampled_full_trace": full_trace_subsampled}
+                                        "sampled_full_trace": full_trace_subsampled,
+                                        "sampled_size": size_and_cost}
