@@ -32,12 +32,11 @@ import pandas as pd
 from rlscope.analyze.caveats import add_caveat
 from rlscope.errors import TraceError
 from rlscope.trace.reader import ProcessTrace
-from rlscope.trace.schema import Kind
+from rlscope.trace.schema import SAMPLES_FILE, Kind
 
 __all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "SampledWarning", "ShareEstimate", "step_calls", "ratio_estimate",
            "successive_difference_variance", "phases", "is_sampled", "analyze_sampled"]
 
-SAMPLES_FILE = "samples.json"  # written by rlscope.collect.sampling (which analyze may not import)
 SAMPLED_COLUMNS = ["process", "segment", "first_iteration", "operation", "resources", "share", "share_low",
                    "share_high", "seconds", "seconds_low", "seconds_high", "windows", "flagged_windows"]
 WINDOWS_ONLY = "measured in sampled windows only (samples.json): the sampled table scales the shares to the run"

@@ -2,8 +2,9 @@
 
 Every chunk is verified: a version-2 trace's ``events.arrows`` batches against the checksums in
 their metadata, ``gpu.rows`` and ``gpu.names`` against their checksum records
-(``rlscope.trace.gpu_files``; ``rlscope.trace.schema`` says what they cover); a version-1 trace's chunks, which carry none, only against what every
-later stage relies on (``_chunk_problem``). A torn end (the process died while writing) is
+(``rlscope.trace.gpu_files``; ``rlscope.trace.schema`` says what they cover); a version-1
+trace's chunks, which carry none, only against what every later stage relies on
+(``_chunk_problem``). A torn end (the process died while writing) is
 dropped with a warning. A corrupt chunk is a ``TraceError`` naming the file, the chunk and its
 bytes; with ``drop_corrupt`` it is left out, the chunks after it that Arrow can still parse are
 kept, and what was dropped is in ``ProcessTrace.dropped`` and in one warning per file.

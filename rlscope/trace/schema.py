@@ -35,14 +35,15 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE", "GPU_CRC_RECORD",
-           "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS", "CHECKSUM_KEYS",
-           "chunk_checksums", "ProcessMeta"]
+           "SAMPLES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
+           "GPU_CRC_RECORD", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS",
+           "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
 
 SCHEMA_VERSION = 2
 READABLE_VERSIONS = (1, 2)  # version 1: no checksums
 EVENTS_FILE = "events.arrows"
 META_FILE = "meta.json"
+SAMPLES_FILE = "samples.json"  # a sampled process's windows (rlscope.collect.sampling)
 
 
 class Kind(enum.IntEnum):
