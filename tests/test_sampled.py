@@ -100,15 +100,21 @@ def test_a_change_of_phase_is_found_and_none_where_there_is_none() -> None:
 
 
 def _loop(iterations: int, change_at: int) -> None:
+    """Inference spins 0.3 ms and simulation sleeps 0.2 ms, then 0.8 ms from ``change_at``: the
+    simulation's share of an iteration goes from about 40% to about 70%."""
     for i in range(iterations):
         rlscope.step()
         with rlscope.operation("inference"):
-            np.ones(64).sum()
+            until = time.perf_counter() + 0.0003
+            while time.perf_counter() < until:
+                np.ones(64).sum()
         with rlscope.operation("simulation"):
             time.sleep(0.0002 if i < change_at else 0.0008)
 
 
 def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_path: Path) -> None:
+    """A real loop, sampled: the windows fall where the schedule says, and each phase's shares of
+    the CPU add up to the whole window time (whatever phases the run and the machine make)."""
     sample = "window=10,block=40,warmup=20,settle=2,seed=5"
     with rlscope.profile(tmp_path, process="loop", gpu=False, sample=sample):
         _loop(1600, change_at=800)
@@ -120,18 +126,19 @@ def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_p
 
     tables = analyze_trace(tmp_path)
     sampled = tables["sampled"]
-    # The sleep's change is a change of phase, found at the first window after it (gaps between
-    # windows reach two blocks); a loaded machine may add phases of its own, never remove this one.
-    changes = sampled.groupby("segment")["first_iteration"].first().iloc[1:]
-    assert ((changes >= 800) & (changes <= 800 + 2 * spec.block)).any(), changes.tolist()
+    # Where the phases fall is left to the deterministic test above: on a loaded machine, the
+    # load's own changes are changes of phase too.
     for _, segment in sampled.groupby("segment"):
         cpu = segment[~segment["resources"].str.contains("GPU")]
         assert cpu["share"].sum() == pytest.approx(1.0)  # a window's CPU time is its wall time
         assert (segment["share_low"] <= segment["share"]).all() and (segment["share"] <= segment["share_high"]).all()
-    simulation = sampled[sampled["operation"] == "simulation"]
-    before = simulation.loc[simulation["first_iteration"] < 800, "seconds"].sum()
-    after = simulation.loc[simulation["first_iteration"] >= 800, "seconds"].sum()
-    assert after > before  # the slower sleeps, over as many iterations (by how much depends on the load)
+    # The CPU rows' seconds are the iterations' time after the warm-up, phase by phase, to the end.
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.analyze.sampled import step_calls
+
+    calls = step_calls(read_attributed(tmp_path)[0])
+    cpu_rows = sampled[~sampled["resources"].str.contains("GPU")]
+    assert cpu_rows["seconds"].sum() == pytest.approx((calls[-1] - calls[spec.warmup - 1]) / 1e9)
     # The breakdown and transitions are of the windows only: one inference per measured iteration.
     moves = tables["transitions"]
     annotations = moves[(moves["transition"] == "Annotations") & (moves["operation"] == "inference")]
