@@ -115,7 +115,7 @@ def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any
             windows = [[s + drawn.settle, int(calls[s + drawn.settle - 1]), int(calls[s + drawn.window - 1]),
                         drawn.window - drawn.settle] for s in starts]
             windows_per_run.append(len(windows))
-            sampled = analyze_sampled(process, analyze_process, windows=windows,
+            sampled = analyze_sampled(process, windows=windows,
                                       spec={"warmup": drawn.warmup}, find_phases=False)[2]
             for row in sampled.itertuples():
                 key = (row.operation, row.resources)

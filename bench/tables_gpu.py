@@ -8,11 +8,11 @@
 
 from __future__ import annotations
 
-import importlib.util
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
+import gpu_overhead
 from tables_common import RESULTS, markdown_table, read_jsonl
 
 COLLECTOR = RESULTS / "gpu_collector_h100.jsonl"
@@ -23,13 +23,6 @@ OVERHEAD_FLOOR = RESULTS / "gpu_overhead_floor_h100.csv"  # rlscope beside CUPTI
 _LOOPS = {"tiny": "tiny", "jax_loop": "JAX loop", "sb3_ppo_cuda": "SB3 PPO on CUDA"}
 
 
-def _gpu_overhead() -> Any:
-    spec = importlib.util.spec_from_file_location("gpu_overhead", Path(__file__).with_name("gpu_overhead.py"))
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
-
-
 def _summaries(*paths: Path) -> dict[str, dict[str, Any]]:
     """``gpu_overhead.summarize`` of the CSVs together, each file's rounds apart, by loop."""
     import pandas as pd
@@ -38,7 +31,7 @@ def _summaries(*paths: Path) -> dict[str, dict[str, Any]]:
     for path in paths:
         offset = 1 + max((row["round"] for row in rows), default=-1)
         rows += [row | {"round": row["round"] + offset} for row in pd.read_csv(path).to_dict("records")]
-    return {entry["loop"]: entry for entry in _gpu_overhead().summarize(rows)}
+    return {entry["loop"]: entry for entry in gpu_overhead.summarize(rows)}
 
 
 def _ratio(entry: dict[str, Any], mode: str, bold: bool = False) -> str:

@@ -34,7 +34,7 @@ def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
     activity) and sampled (the shares of sampled processes, with intervals: ``analyze.sampled``;
     empty for others). A sampled process's breakdown and transitions are of its windows."""
     processes = [attribute_gpu(p) for p in processes]  # once; a no-op for processes already attributed
-    tables = [analyze_sampled(p, analyze_process) if is_sampled(p) else (*analyze_process(p), None)
+    tables = [analyze_sampled(p) if is_sampled(p) else (*analyze_process(p), None)
               for p in processes]
     sampled = [s for _, _, s in tables if s is not None]
     return {

@@ -24,12 +24,12 @@ import dataclasses
 import json
 import math
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
 
 from rlscope.analyze.caveats import add_caveat
+from rlscope.analyze.overlap import analyze_process
 from rlscope.errors import TraceError
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import SAMPLES_FILE, Kind
@@ -203,9 +203,8 @@ def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
     return flags
 
 
-def analyze_sampled(trace: ProcessTrace, analyze_process: Callable[[ProcessTrace], tuple[pd.DataFrame, pd.DataFrame]],
-                    windows: list[list[int]] | None = None, spec: dict | None = None, find_phases: bool = True
-                    ) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
+def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None, spec: dict | None = None,
+                    find_phases: bool = True) -> tuple[pd.DataFrame, pd.DataFrame, pd.DataFrame]:
     """A sampled process's (breakdown, transitions, sampled) tables. The first two are of what the
     windows measured (``analyze_process`` of each window, summed: per iteration, transitions count
     the windows' iterations only). ``sampled`` gives per phase of the run (``phases``), operation
