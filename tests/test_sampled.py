@@ -13,8 +13,9 @@ import pytest
 import rlscope
 from rlscope.analyze import analyze_trace
 from rlscope.analyze.sampled import phases, ratio_estimate, successive_difference_variance
-from rlscope.collect.sampling import SAMPLES_FILE, SampleSpec, parse_sample, window_starts
+from rlscope.collect.sampling import SampleSpec, parse_sample, window_starts
 from rlscope.errors import RlscopeError
+from rlscope.trace.schema import SAMPLES_FILE
 
 
 def test_windows_fall_on_average_once_per_block_and_see_every_iteration_equally_often() -> None:

@@ -27,12 +27,12 @@ from rlscope.collect.environment import (
     ENV_WINDOWS,
 )
 from rlscope.collect.python import parse_targets
-from rlscope.collect.sampling import SAMPLES_FILE, parse_sample
+from rlscope.collect.sampling import parse_sample
 from rlscope.errors import RlscopeError
 from rlscope.collect.windows import WINDOWS_FILE
 from rlscope.outputs import only_files
 from rlscope.trace.schema import (EVENTS_FILE, GPU_NAMES_CRC_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, GPU_ROWS_FILE,
-                                  META_FILE, UTILISATION_FILE)
+                                  META_FILE, SAMPLES_FILE, UTILISATION_FILE)
 
 __all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 

@@ -45,7 +45,7 @@ from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
-__all__ = ["SAMPLES_FILE", "SampleSpec", "SampledWindows", "parse_sample", "window_starts"]
+__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
