@@ -24,6 +24,7 @@ enum Kind : int64_t {
     kCorrelation = 8,
     kCudaSync = 9,
     kProfilerOverhead = 10,
+    kNvtxRange = 12,
 };
 constexpr size_t kWidth = 9;  // kind, category, tid, depth, start_ns, end_ns, name, correlation, operation
 
@@ -172,6 +173,23 @@ private:
                  s->correlationId, -1);
             return;
         }
+        case CUPTI_ACTIVITY_KIND_MARKER: {
+            // NVTX ranges (XLA's per-thunk annotations in rlscope's precise jax-scopes mode): a
+            // start record carries the name, the end record only the id; one row per closed range.
+            auto *m = reinterpret_cast<CUpti_ActivityMarker2 *>(record);
+            if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_START) {
+                const int64_t tid = m->objectKind == CUPTI_ACTIVITY_OBJECT_THREAD ? m->objectId.pt.threadId : 0;
+                open_markers_[m->id] = {m->timestamp, tid, names.id(m->name ? m->name : "(unnamed range)")};
+            } else if (m->flags & CUPTI_ACTIVITY_FLAG_MARKER_END) {
+                auto it = open_markers_.find(m->id);
+                if (it == open_markers_.end()) { ++stats.incomplete; return; }
+                const auto [start, tid, name] = it->second;
+                open_markers_.erase(it);
+                push(rows, kNvtxRange, 0, tid, 0, start, m->timestamp, name, 0, -1);
+            } else
+                ++stats.other;  // instantaneous markers: nothing rlscope reads
+            return;
+        }
         case CUPTI_ACTIVITY_KIND_OVERHEAD: {
             auto *o = reinterpret_cast<CUpti_ActivityOverhead3 *>(record);
             if (!finished(o->start, o->end)) { ++stats.incomplete; return; }
@@ -229,6 +247,11 @@ private:
     CallbackNameFn callback_name_;
     size_t next_kernel_ = 0;
     std::unordered_map<uint64_t, int64_t> api_names_;
+    struct OpenMarker {
+        uint64_t start;
+        int64_t tid, name;
+    };
+    std::unordered_map<uint32_t, OpenMarker> open_markers_;  // NVTX ranges whose end has not come yet
 };
 
 }  // namespace rlscope::cupti

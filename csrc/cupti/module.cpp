@@ -124,7 +124,9 @@ NB_MODULE(_cupti, m) {
         .def(nb::init<std::string, std::string, size_t, size_t, std::string>(), "rows_path"_a, "names_path"_a,
              "chunk_rows"_a = 1 << 16, "buffer_bytes"_a = 8 << 20, "dump_dir"_a = "")
         .def("start", &Tracer::start, "runtime"_a = true, "driver"_a = true, "gpu"_a = true, "sync"_a = false,
-             "untraced_apis"_a = std::vector<std::string>(), "api_callbacks"_a = false)
+             "untraced_apis"_a = std::vector<std::string>(), "api_callbacks"_a = false, "nvtx"_a = false,
+             "Claim CUPTI and record the layers asked for; ``nvtx``: NVTX ranges too (marker activity; NVTX\n"
+             "reaches CUPTI only when NVTX_INJECTION64_PATH names this libcupti before the first NVTX call).")
         .def("record", &Tracer::record, "api"_a, "gpu"_a,
              "Stop or resume recording CUDA API calls and GPU activities (calibration's windows).")
         .def("stop", &Tracer::stop)

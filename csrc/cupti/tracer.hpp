@@ -78,7 +78,7 @@ public:
     // ``api_callbacks``: record API calls through the Callback API (api_calls.hpp) instead of
     // activity records.
     nb::dict start(bool runtime, bool driver, bool gpu, bool sync, const std::vector<std::string> &untraced_apis,
-                   bool api_callbacks) {
+                   bool api_callbacks, bool nvtx) {
         require_loaded();
         nb::dict out;
         if (g_tracer || g_floor.load())
@@ -104,6 +104,7 @@ public:
         driver_ = driver;
         gpu_ = gpu;
         sync_ = sync;
+        nvtx_ = nvtx;
         by_callback_ = api_callbacks;
         // Recording an API call costs CUPTI about a microsecond, far more than the bookkeeping
         // queries frameworks make around every launch take themselves: set_kinds() leaves these out.
@@ -310,6 +311,7 @@ private:
         toggle(CUPTI_ACTIVITY_KIND_DRIVER, activity && driver_ && api);
         toggle(CUPTI_ACTIVITY_KIND_EXTERNAL_CORRELATION, activity && (runtime_ || driver_) && api);
         toggle(CUPTI_ACTIVITY_KIND_SYNCHRONIZATION, sync_ && api);
+        toggle(CUPTI_ACTIVITY_KIND_MARKER, nvtx_ && api);  // NVTX ranges: CPU-side, like the API calls
         if (by_callback_) {
             const CUptiResult r = set_callbacks((runtime_ || driver_) && api);
             if (r != CUPTI_SUCCESS && first == CUPTI_SUCCESS) first = r;
@@ -476,7 +478,7 @@ private:
     std::condition_variable flusher_wake_;
     bool stop_flusher_ = false;
     bool running_ = false, own_clock_ = false;
-    bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false;  // the layers start() enabled
+    bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false, nvtx_ = false;  // the layers start() enabled
     bool by_callback_ = false, callbacks_on_ = false;  // API calls through callbacks
     ApiIds untraced_;
     uint64_t dropped_ = 0, buffers_ = 0, rows_written_ = 0, names_written_ = 0;

@@ -84,7 +84,7 @@ class GpuCollector:
         result = tracer.start(runtime="runtime" in self.layers, driver="driver" in self.layers,
                               gpu="kernels" in self.layers, sync="sync" in self.layers,
                               untraced_apis=[] if "queries" in self.layers else list(QUERY_APIS),
-                              api_callbacks=source == "callbacks")
+                              api_callbacks=source == "callbacks", nvtx="nvtx" in self.layers)
         if not result["ok"]:
             self._fail(result)
             return False

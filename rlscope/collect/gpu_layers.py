@@ -18,9 +18,9 @@ ENV_API = "RLSCOPE_CUPTI_API"
 API_SOURCES = ("callbacks", "activity")
 
 # CUDA runtime API, driver API, GPU activity (kernels, copies, memsets); not by default: the
-# CPU's synchronisation waits as separate records ("sync") and API calls that only query
-# state ("queries", see QUERY_APIS).
-GPU_LAYERS = ("runtime", "driver", "kernels", "sync", "queries")
+# CPU's synchronisation waits as separate records ("sync"), API calls that only query
+# state ("queries", see QUERY_APIS) and NVTX ranges ("nvtx", jax-scopes' precise mode).
+GPU_LAYERS = ("runtime", "driver", "kernels", "sync", "queries", "nvtx")
 DEFAULT_GPU_LAYERS = frozenset(("runtime", "driver", "kernels"))
 
 # Calls frameworks make around every launch that only read state. CUPTI spends about a
