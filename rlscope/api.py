@@ -121,7 +121,8 @@ def enabled() -> bool:
 def profile(directory: str | os.PathLike[str] | None = None, *, process: str | None = None,
             phase: str | None = None, transitions: bool | None = None,
             targets: dict[str, str] | None = None, gpu: bool | str | None = None,
-            sample: bool | str | dict[str, int] | None = None) -> Iterator[None]:
+            sample: bool | str | dict[str, int] | None = None,
+            jax_scopes: bool | str | None = None) -> Iterator[None]:
     """Profile the block into ``directory``.
 
     ``targets`` adds modules whose calls count as transitions, e.g. ``{"mysim": "simulator"}``
@@ -133,18 +134,22 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     iterations at random places, on average one per ``block``, from the first ``rlscope.step()``
     on: for long runs (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the
     shares with intervals).
+    ``jax_scopes=True`` (or ``"precise"``) records what the analysis needs to split the GPU time of
+    ``jax.jit`` calls by ``jax.named_scope`` (``rlscope.collect.jax_scopes``); profiling must then
+    start before the process's first JAX computation.
 
     Under ``rlscope prof`` the process is already being profiled into the directory it chose:
     then this only names the process and phase. Without a directory and outside ``rlscope prof``
     the block runs unprofiled.
     """
     if _bound is not None:  # already profiled (rlscope prof, or an outer profile())
-        if sample:
-            import warnings
+        for asked, option in ((sample, "sample"), (jax_scopes, "jax-scopes")):
+            if asked:
+                import warnings
 
-            warnings.warn("rlscope.profile(sample=...): this process is already profiled (rlscope prof, or an "
-                          "outer profile()), which decides whether it is sampled; use rlscope prof --sample",
-                          stacklevel=3)
+                warnings.warn(f"rlscope.profile({option.replace('-', '_')}=...): this process is already profiled "
+                              f"(rlscope prof, or an outer profile()), which decides that; use rlscope prof --{option}",
+                              stacklevel=3)
         if process:
             _bound.rename(process)
         if phase:
@@ -158,7 +163,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     from rlscope.collect.session import start_session
 
     spec = ",".join(f"{module}={category}" for module, category in (targets or {}).items())
-    session = start_session(Path(directory), process, phase, transitions, spec, gpu, sample)
+    session = start_session(Path(directory), process, phase, transitions, spec, gpu, sample, jax_scopes)
     _bind(session)
     try:
         yield

@@ -207,13 +207,18 @@ def _is_trace(directory: Path) -> bool:
               help="For long runs: every iteration's wall time, everything else only in windows of a few "
                    "iterations at random places (SPEC e.g. window=20,block=500,warmup=50,settle=2,seed=1; "
                    "--sample alone: those defaults, except the seed).")
+@click.option("--jax-scopes", "jax_scopes", default=None, is_flag=False, flag_value="default",
+              type=click.Choice(["default", "precise"]), metavar="[precise]",
+              help="Split the GPU time of jax.jit calls by jax.named_scope (XLA's optimised HLO is kept in the "
+                   "trace); =precise also records XLA's NVTX ranges, with CUDA graphs off (docs/jax-scopes.md).")
 @click.option("--force", is_flag=True, help="Replace the trace already in --output.")
 @click.option("--append", is_flag=True,
               help="Add this command's processes to the trace already in --output (a script run in parts); "
                    "the analysis then covers them all.")
 @click.argument("command", nargs=-1, required=True, type=click.UNPROCESSED)
 def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | None, targets: tuple[str, ...],
-         then_analyze: bool, sample: str | None, force: bool, append: bool, command: tuple[str, ...]) -> None:
+         then_analyze: bool, sample: str | None, jax_scopes: str | None, force: bool, append: bool,
+         command: tuple[str, ...]) -> None:
     """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
     from rlscope.collect.launch import default_output, is_trace_part, run_profiled
     from rlscope.outputs import claim_output, output_lock
@@ -225,7 +230,8 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
     with output_lock(output_dir, "rlscope prof " + " ".join(command)):  # claimed under the lock: see outputs
         claim_output(output_dir, is_trace_part, force=force, append=append, what="a trace")
         trace_dir, code = run_profiled(list(command), output_dir, transitions=transitions, gpu=gpu,
-                                       process=process, targets=list(targets), sample=sample)
+                                       process=process, targets=list(targets), sample=sample,
+                                       jax_scopes=jax_scopes)
         click.echo(f"trace: {trace_dir}", err=True)
         if then_analyze and _is_trace(trace_dir):
             _analyze(trace_dir)

@@ -5,7 +5,7 @@ environment variables a child process reads at interpreter start (``bootstrap/si
 from __future__ import annotations
 
 __all__ = ["ENV_DIRECTORY", "ENV_TRANSITIONS", "ENV_PROCESS", "ENV_TARGETS", "ENV_GPU", "ENV_WALL_ONLY",
-           "ENV_UNTIL_FIRST_STEP", "ENV_WINDOWS", "ENV_SAMPLE"]
+           "ENV_UNTIL_FIRST_STEP", "ENV_WINDOWS", "ENV_SAMPLE", "ENV_JAX_SCOPES"]
 
 ENV_DIRECTORY = "RLSCOPE_DIR"  # every Python process under it profiles itself into this directory
 ENV_TRANSITIONS = "RLSCOPE_TRANSITIONS"  # "0": no Python->native transitions
@@ -16,3 +16,4 @@ ENV_WALL_ONLY = "RLSCOPE_WALL_ONLY"  # "1": record only this process's wall time
 ENV_UNTIL_FIRST_STEP = "RLSCOPE_UNTIL_FIRST_STEP"  # "1": exit at the first rlscope.step() (a start-up run)
 ENV_WINDOWS = "RLSCOPE_WINDOWS"  # "MS:LEVEL,...": switch layers on and off as the run goes (windows.py)
 ENV_SAMPLE = "RLSCOPE_SAMPLE"  # "window=20,block=500,...": sampled windows for long runs (sampling.py)
+ENV_JAX_SCOPES = "RLSCOPE_JAX_SCOPES"  # "default" or "precise": see inside jax.jit (jax_scopes.py)

@@ -19,6 +19,7 @@ from rlscope.collect.environment import (
     ENV_DIRECTORY,
     ENV_GPU,
     ENV_PROCESS,
+    ENV_JAX_SCOPES,
     ENV_SAMPLE,
     ENV_TARGETS,
     ENV_TRANSITIONS,
@@ -26,6 +27,7 @@ from rlscope.collect.environment import (
     ENV_WALL_ONLY,
     ENV_WINDOWS,
 )
+from rlscope.collect.jax_scopes import parse_jax_scopes
 from rlscope.collect.python import parse_targets
 from rlscope.collect.sampling import parse_sample
 from rlscope.errors import RlscopeError
@@ -77,7 +79,8 @@ def is_trace_part(path: Path) -> bool:
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
                  gpu: bool | str = True, process: str | None = None, targets: list[str] | None = None,
                  wall_only: bool = False, until_first_step: bool = False, windows: str | None = None,
-                 sample: str | None = None, stdout: Any = None, timeout_s: float | None = None) -> tuple[Path, int]:
+                 sample: str | None = None, jax_scopes: str | None = None, stdout: Any = None,
+                 timeout_s: float | None = None) -> tuple[Path, int]:
     """Run ``command`` under profiling; return the trace directory and the command's exit code.
 
     ``gpu``: True, False, or the GPU layers to trace ("runtime,kernels"); ``wall_only``: record
@@ -86,6 +89,7 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     ``windows``: switch layers on and off as the command runs (``rlscope.collect.windows``);
     ``sample``: record everything only in sampled windows (``rlscope.collect.sampling``: a spec such
     as "window=20,block=500", or "" for the defaults);
+    ``jax_scopes``: "default" or "precise" to see inside jax.jit (``rlscope.collect.jax_scopes``);
     ``stdout``: where the command's output goes (both streams), default the terminal;
     ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
     """
@@ -95,6 +99,7 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     parse_targets(target_spec)  # a typo is reported now, not once per child process
     if sample is not None:
         parse_sample(sample)  # the same
+    jax_scopes = parse_jax_scopes(jax_scopes)
     if output_dir is None:
         output_dir = default_output(command, "traces")
     output_dir = output_dir.resolve()
@@ -114,6 +119,10 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
         env[ENV_SAMPLE] = sample or "on"
     else:  # not inherited from a sampled parent: calibration's runs and baselines are traced whole
         env.pop(ENV_SAMPLE, None)
+    if jax_scopes is not None:
+        env[ENV_JAX_SCOPES] = jax_scopes
+    else:
+        env.pop(ENV_JAX_SCOPES, None)
     if process:
         env[ENV_PROCESS] = process
     if target_spec:

@@ -18,11 +18,12 @@ from typing import Any
 
 from rlscope import _hotpath, recorder
 from rlscope._version import __version__
-from rlscope.collect.environment import (ENV_GPU, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS, ENV_UNTIL_FIRST_STEP,
-                                         ENV_SAMPLE, ENV_WINDOWS)
+from rlscope.collect.environment import (ENV_GPU, ENV_JAX_SCOPES, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS,
+                                         ENV_UNTIL_FIRST_STEP, ENV_SAMPLE, ENV_WINDOWS)
 from rlscope.collect.cupti import GpuCollector
 from rlscope.collect.flusher import Flusher, flush_interval_s
 from rlscope.collect.gpu_layers import parse_gpu_layers
+from rlscope.collect.jax_scopes import JaxScopes, parse_jax_scopes
 from rlscope.collect.nvml import UtilisationSampler
 from rlscope.collect.python import DEFAULT_TARGETS, TransitionCollector, parse_targets
 from rlscope.collect.sampling import SampledWindows, SampleSpec, parse_sample
@@ -103,13 +104,17 @@ class Session:
     def __init__(self, directory: str | Path, process: str | None = None, phase: str | None = None,
                  transitions: bool = True, targets: Mapping[str, Category] | None = None,
                  gpu: bool | str | None = None, chunk_events: int = 1 << 16,
-                 sample: SampleSpec | None = None) -> None:
+                 sample: SampleSpec | None = None, jax_scopes: str | None = None) -> None:
         self.root = Path(directory)
         self.process = process or _process_name()
         self.phase = phase or DEFAULT_PHASE
         self.transitions = transitions
         self.targets = {**DEFAULT_TARGETS, **(targets or {})}
         self.gpu = parse_gpu_layers(os.environ.get(ENV_GPU) if gpu is None else gpu)
+        self.jax_scopes = parse_jax_scopes(jax_scopes)
+        if self.jax_scopes == "precise" and self.gpu:  # XLA's per-thunk NVTX ranges, through CUPTI
+            self.gpu = self.gpu | {"nvtx"}
+        self._jax: JaxScopes | None = None
         self.chunk_events = chunk_events
         self._collector: TransitionCollector | None = None
         self._gpu: GpuCollector | None = None
@@ -165,7 +170,11 @@ class Session:
         self.active = True
         try:
             self._start_gpu()
+            if self.jax_scopes and not self._forked:  # a forked child has its parent's XLA flags and dump
+                self._jax = JaxScopes(self.jax_scopes, self.dir)
+                self._jax.start(self._gpu.library if self._gpu is not None else None)
         except BaseException:
+            self._stop_gpu()
             self.active = False
             self._release_recorder()
             self.writer.close()
@@ -201,6 +210,9 @@ class Session:
             if self._meta["transition_mechanism"] == "sys.setprofile":  # what 3.11 could not see, for the tables
                 self._meta[UNSEEN_CALLS] = unseen_targets(self.targets)
         self._stop_gpu()
+        if self._jax is not None:
+            self._meta["jax_scopes"] = self._jax.stop()
+            self._jax = None
         self.active = False
         self.writer.record(int(Kind.PHASE), self._phase_start, end, self.phase, tid=self._meta["main_tid"])
         self._ops.close_step(self.phase, end)
@@ -328,17 +340,21 @@ class Session:
 
 def start_session(directory: Path, process: str | None = None, phase: str | None = None,
                   transitions: bool | None = None, targets: str = "", gpu: bool | str | None = None,
-                  sample: Any = None) -> Session:
+                  sample: Any = None, jax_scopes: bool | str | None = None) -> Session:
     """Start profiling this process into ``directory``; what the arguments leave open comes from
     the environment `rlscope prof` sets (``ENV_PROCESS``, ``ENV_TRANSITIONS``, ``ENV_TARGETS``,
-    ``ENV_SAMPLE``). ``sample``: see ``rlscope.collect.sampling.parse_sample`` (None or False: no sampling)."""
+    ``ENV_SAMPLE``, ``ENV_JAX_SCOPES``). ``sample``: see ``rlscope.collect.sampling.parse_sample`` (None or
+    False: no sampling); ``jax_scopes``: see ``rlscope.collect.jax_scopes.parse_jax_scopes``."""
     if transitions is None:
         transitions = os.environ.get(ENV_TRANSITIONS, "1") != "0"
     extra = parse_targets(",".join(filter(None, (os.environ.get(ENV_TARGETS, ""), targets))))
     if sample is None:
         sample = os.environ.get(ENV_SAMPLE) or None
+    if jax_scopes is None:
+        jax_scopes = os.environ.get(ENV_JAX_SCOPES) or None
     session = Session(directory, process=process or os.environ.get(ENV_PROCESS), phase=phase,
                       transitions=transitions, targets=extra, gpu=gpu,
-                      sample=parse_sample(sample) if sample not in (None, False) else None)
+                      sample=parse_sample(sample) if sample not in (None, False) else None,
+                      jax_scopes=jax_scopes)
     session.start()
     return session

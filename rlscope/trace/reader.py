@@ -63,6 +63,9 @@ class ProcessTrace:
     utilisation: pd.DataFrame | None = None  # NVML samples: time_ns, device, gpu_util_pct, sm_util_pct
     gpu: pd.DataFrame | None = None
     dropped: tuple[Dropped, ...] = ()
+    # Per GPU kernel of a process profiled with --jax-scopes: its XLA module, instruction and
+    # jax.named_scope, which the analysis fills in (rlscope.analyze.jax_scopes); None otherwise.
+    scopes: pd.DataFrame | None = None
 
     @property
     def process(self) -> str:

@@ -35,7 +35,7 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "SAMPLES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
+           "SAMPLES_FILE", "XLA_DIR", "XLA_MODULE_GLOB", "XLA_COMPILES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
            "GPU_CRC_RECORD", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS",
            "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
 
@@ -44,6 +44,11 @@ READABLE_VERSIONS = (1, 2)  # version 1: no checksums
 EVENTS_FILE = "events.arrows"
 META_FILE = "meta.json"
 SAMPLES_FILE = "samples.json"  # a sampled process's windows (rlscope.collect.sampling)
+# jax-scopes (rlscope.collect.jax_scopes): XLA's dump of each compiled module's optimised HLO
+# (module_<id>.<name>.<platform>_after_optimizations.txt) and when each backend compile ran.
+XLA_DIR = "xla"
+XLA_MODULE_GLOB = "module_*after_optimizations.txt"
+XLA_COMPILES_FILE = "compiles.json"
 
 
 class Kind(enum.IntEnum):
@@ -61,6 +66,7 @@ class Kind(enum.IntEnum):
     CUDA_SYNC = 9  # the CPU waiting for the GPU (stream/event/context synchronize); inside a CUDA_API call
     PROFILER_OVERHEAD = 10  # time CUPTI reports spending on itself (buffer flushes, instrumentation)
     PROFILER_WRITE = 11  # rlscope writing buffered events out, on the thread whose event filled the buffer
+    NVTX_RANGE = 12  # an NVTX range on a CPU thread (jax-scopes' precise mode: XLA's per-thunk annotations)
 
 
 # What keeps a GPU busy: kernels, copies, memsets.

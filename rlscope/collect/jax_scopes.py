@@ -1,0 +1,134 @@
+"""What a process records so that the analysis can see inside ``jax.jit`` (``rlscope prof --jax-scopes``).
+
+XLA names each kernel it generates after the HLO instruction it emits, and every instruction keeps
+the ``jax.named_scope`` path it was traced under (``rlscope.analyze.hlo``). So the default mode
+adds no runtime hook at all: XLA's own dump (``--xla_dump_to``) writes the optimised HLO of every
+module it compiles into the trace, and a ``jax.monitoring`` listener notes when each backend
+compile ran, so that kernels autotuning launches at compile time are told apart from the step's.
+The dump was chosen over capturing ``Compiled.as_text()`` through a wrapper of ``jax.jit``: it
+sees every module XLA compiles (nested jit, eager operations, whatever a library jits) with
+nothing on the call path, and costs only files written at compile time. Its price is that XLA
+reads its flags once, when JAX starts its backends, so profiling must begin before the first
+JAX computation; and a module loaded from JAX's persistent compilation cache is never compiled,
+so never dumped: the cache is switched off for profiled processes.
+
+The precise mode also records XLA's per-thunk NVTX ranges (``Thunk:#name=<scope path>,
+hlo_op=<instruction>#``): ``NVTX_INJECTION64_PATH`` names the libcupti in use, so that NVTX calls
+reach CUPTI as marker activity, and command buffers are switched off
+(``--xla_gpu_enable_command_buffer=``), so that each thunk is launched, and annotated, on its
+own. That joins every kernel, cuBLAS's included, to its instruction through the launch, but it
+changes how XLA runs the step: it is opt-in.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+import threading
+import time
+from pathlib import Path
+from typing import Any
+
+from rlscope.errors import RlscopeError
+from rlscope.files import write_json_atomic
+from rlscope.trace.schema import XLA_COMPILES_FILE, XLA_DIR, XLA_MODULE_GLOB
+
+__all__ = ["JAX_SCOPES_MODES", "JaxScopes", "parse_jax_scopes"]
+
+JAX_SCOPES_MODES = ("default", "precise")
+# jax.monitoring's event for XLA compiling one module (jax/_src/dispatch.py, BACKEND_COMPILE_EVENT).
+_BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
+# XLA flags this mode sets; any the environment already had are replaced, not repeated.
+_OWN_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text", "--xla_gpu_enable_command_buffer=")
+
+
+def parse_jax_scopes(value: bool | str | None) -> str | None:
+    """The mode asked for: None (off) for None, False, "" or "0"; "default" for True, "1", "on" or
+    "default"; "precise" for "precise"."""
+    if value is None or value is False or value in ("", "0"):
+        return None
+    if value is True or value in ("1", "on", "default"):
+        return "default"
+    if value == "precise":
+        return "precise"
+    raise RlscopeError(f"jax-scopes {value!r}: use default or precise (rlscope prof --jax-scopes[=precise], or "
+                       "rlscope.profile(jax_scopes=True or 'precise'))")
+
+
+def _backends_started() -> bool:
+    bridge = sys.modules.get("jax._src.xla_bridge")
+    started = getattr(bridge, "backends_are_initialized", None)
+    return bool(started()) if callable(started) else False
+
+
+class JaxScopes:
+    """One process's recording for jax-scopes: XLA's flags at ``start``, a compile listener, and the
+    dump pruned to the optimised modules at ``stop``."""
+
+    def __init__(self, mode: str, directory: Path) -> None:
+        self.mode = mode
+        self.dump = directory / XLA_DIR
+        self.meta: dict[str, Any] = {"mode": mode, "dump": XLA_DIR}
+        self._compiles: list[dict[str, Any]] = []
+        self._lock = threading.Lock()
+        self._listening = False
+        self._active = False
+
+    def start(self, libcupti: str | None) -> None:
+        """Set XLA's flags (and NVTX's injection in the precise mode) for this process and the
+        processes it starts; listen for compiles once JAX is imported. ``libcupti``: the path of
+        the libcupti the GPU collector loaded (None without GPU collection)."""
+        if _backends_started():
+            raise RlscopeError("jax-scopes: JAX has already started its backends in this process, and XLA reads "
+                               "its dump flags only then; start profiling before the first JAX computation "
+                               "(rlscope prof --jax-scopes starts it before the script runs)")
+        self.dump.mkdir(parents=True, exist_ok=True)
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_OWN_FLAGS)]
+        flags += [f"--xla_dump_to={self.dump}", "--xla_dump_hlo_as_text"]
+        if self.mode == "precise":
+            if libcupti is None:
+                self.meta["precise"] = "off: no GPU collection, so no NVTX ranges"
+            else:
+                flags.append("--xla_gpu_enable_command_buffer=")
+                os.environ["NVTX_INJECTION64_PATH"] = libcupti
+        os.environ["XLA_FLAGS"] = " ".join(flags)
+        os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
+        self._active = True
+        if not self._listening:
+            import wrapt
+
+            wrapt.when_imported("jax")(self._listen)  # now if JAX is imported already
+
+    def _listen(self, jax: Any) -> None:
+        import jax.monitoring
+
+        jax.config.update("jax_enable_compilation_cache", False)  # JAX read the variable if imported before start()
+        jax.monitoring.register_event_duration_secs_listener(self._on_event)
+        self._listening = True
+        self.meta["jax"] = getattr(jax, "__version__", None)
+
+    def _on_event(self, event: str, duration_s: float, **kwargs: Any) -> None:
+        if event != _BACKEND_COMPILE or not self._active:
+            return
+        end = time.perf_counter_ns()
+        with self._lock:
+            self._compiles.append({"start_ns": end - int(duration_s * 1e9), "end_ns": end,
+                                   "tid": threading.get_ident(), "function": str(kwargs.get("fun_name", ""))})
+            write_json_atomic(self.dump / XLA_COMPILES_FILE, {"compiles": self._compiles})
+
+    def stop(self) -> dict[str, Any]:
+        """Stop noting compiles and keep only the optimised HLO of each module (XLA also dumps
+        LLVM IR, PTX and buffer assignments, many times larger); returns the meta entry."""
+        self._active = False
+        if self.dump.is_dir():
+            keep = set(self.dump.glob(XLA_MODULE_GLOB)) | {self.dump / XLA_COMPILES_FILE}
+            for path in self.dump.iterdir():
+                if path.is_dir():
+                    shutil.rmtree(path, ignore_errors=True)
+                elif path not in keep:
+                    path.unlink(missing_ok=True)
+        self.meta["modules"] = len(list(self.dump.glob(XLA_MODULE_GLOB))) if self.dump.is_dir() else 0
+        with self._lock:
+            self.meta["compiles"] = len(self._compiles)
+        return self.meta
