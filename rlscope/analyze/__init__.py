@@ -9,6 +9,7 @@ import pandas as pd
 
 from rlscope.analyze.attribution import attribute_gpu, read_attributed
 from rlscope.analyze.gpu import gpu_by_operation, utilisation_timeline
+from rlscope.analyze.jax_scopes import SCOPE_TABLE_COLUMNS, scope_table
 from rlscope.analyze.overlap import analyze_process, breakdown, transitions
 from rlscope.analyze.sampled import SAMPLED_COLUMNS, analyze_sampled, is_sampled
 from rlscope.errors import ResultsError
@@ -19,7 +20,7 @@ __all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_table
            "transitions", "ANALYSIS_DIR", "TABLES"]
 
 ANALYSIS_DIR = "analysis"
-TABLES = ("breakdown", "transitions", "gpu", "utilisation", "sampled")
+TABLES = ("breakdown", "transitions", "gpu", "utilisation", "sampled", "jax_scopes")
 
 
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
@@ -31,8 +32,10 @@ def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.D
 def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
     """Every table over ``processes``: breakdown, transitions, gpu (work per operation),
     utilisation (GPU-bound vs NVML over time; these two are empty for a trace without GPU
-    activity) and sampled (the shares of sampled processes, with intervals: ``analyze.sampled``;
-    empty for others). A sampled process's breakdown and transitions are of its windows."""
+    activity), sampled (the shares of sampled processes, with intervals: ``analyze.sampled``;
+    empty for others) and jax_scopes (kernel time per jax.named_scope of processes profiled with
+    --jax-scopes: ``analyze.jax_scopes``). A sampled process's breakdown and transitions are of
+    its windows."""
     processes = [attribute_gpu(p) for p in processes]  # once; a no-op for processes already attributed
     tables = [analyze_sampled(p) if is_sampled(p) else (*analyze_process(p), None)
               for p in processes]
@@ -43,7 +46,13 @@ def analyze_processes(processes: list[ProcessTrace]) -> dict[str, pd.DataFrame]:
         "gpu": pd.concat([gpu_by_operation(p) for p in processes], ignore_index=True),
         "utilisation": pd.concat([utilisation_timeline(p) for p in processes], ignore_index=True),
         "sampled": pd.concat(sampled, ignore_index=True) if sampled else pd.DataFrame(columns=SAMPLED_COLUMNS),
+        "jax_scopes": _concat([scope_table(p) for p in processes], SCOPE_TABLE_COLUMNS),
     }
+
+
+def _concat(frames: list[pd.DataFrame], columns: tuple[str, ...]) -> pd.DataFrame:
+    frames = [f for f in frames if not f.empty]
+    return pd.concat(frames, ignore_index=True) if frames else pd.DataFrame(columns=list(columns))
 
 
 def write_tables(tables: dict[str, pd.DataFrame], out_dir: Path) -> list[Path]:

@@ -13,6 +13,7 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from rlscope.analyze.jax_scopes import join_scopes
 from rlscope.trace.reader import ProcessTrace, read_trace
 from rlscope.trace.schema import LAUNCHED_KINDS, Kind
 
@@ -33,7 +34,9 @@ def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
     the innermost ``rlscope.operation`` (which becomes the kernel's ``operation``). GPU work
     launched from a thread without operations (e.g. a framework's dispatch thread) is charged
     to the operation open on the main thread when it was launched, and placed on that thread.
-    The external-correlation records themselves are dropped: they are links, not events.
+    The external-correlation records themselves are dropped: they are links, not events. A
+    process profiled with ``--jax-scopes`` then has its jitted kernels joined to their
+    ``jax.named_scope`` (``rlscope.analyze.jax_scopes``).
     """
     gpu = process.gpu
     if gpu is None:
@@ -48,8 +51,9 @@ def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
 
     # CUPTI reports the low 32 bits of pthread_self(); map them back to Python's thread idents.
     api = kind == int(Kind.CUDA_API)
+    on_thread = api | (kind == int(Kind.NVTX_RANGE))  # rows CUPTI gives a 32-bit thread id
     py_tids = np.unique(events["tid"].to_numpy()).astype(np.int64) if len(events) else np.zeros(0, np.int64)
-    tid[api] = _lookup(py_tids & 0xFFFFFFFF, py_tids, tid[api], tid[api])
+    tid[on_thread] = _lookup(py_tids & 0xFFFFFFFF, py_tids, tid[on_thread], tid[on_thread])
 
     ext = kind == int(Kind.CORRELATION)
     act = np.isin(kind, LAUNCHED_KINDS)
@@ -67,7 +71,7 @@ def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
     operation[act] = op
     gpu = gpu.assign(tid=tid.astype(gpu["tid"].dtype), operation=operation.astype(gpu["operation"].dtype))[~ext]
     merged = pd.concat([events, gpu], ignore_index=True)
-    return dataclasses.replace(process, events=merged, gpu=None)
+    return join_scopes(dataclasses.replace(process, events=merged, gpu=None))
 
 
 def launching_call(api_correlation: np.ndarray, correlation: np.ndarray) -> np.ndarray:

@@ -21,7 +21,8 @@ from rlscope.analyze.hlo import HloModule, fingerprint, kernel_name
 from rlscope.analyze.hlo_scopes import FUSED_ACROSS, instruction_scopes
 from rlscope.errors import TraceError
 
-__all__ = ["attribute_kernels", "scope_totals", "MATCH_KINDS", "LIBRARY", "UNMATCHED", "AMBIGUOUS"]
+__all__ = ["ModuleSites", "attribute_kernels", "scope_totals", "unknown_kernel", "MATCH_KINDS", "LIBRARY", "UNMATCHED",
+           "AMBIGUOUS"]
 
 MATCH_KINDS = ("exact", "alias", "ambiguous", "across-scopes", "library", "unmatched")
 LIBRARY = "library (unattributed)"
@@ -38,8 +39,16 @@ _LIBRARY_NAME = re.compile(
 _UNIQUER_SUFFIX = re.compile(r"(.+)__\d+")
 
 
-class _Sites:
-    """The module's kernel-launching instructions, indexed the ways a kernel name can point at them."""
+def unknown_kernel(name: str) -> tuple[str, str, str, str]:
+    """(instruction, scope, match, scopes) of a kernel no instruction is named after: a library's, or unmatched."""
+    return ("", LIBRARY, "library", "") if _LIBRARY_NAME.search(name) else ("", UNMATCHED, "unmatched", "")
+
+
+class ModuleSites:
+    """The module's kernel-launching instructions, indexed the ways a kernel name can point at them.
+
+    ``recorded``: the kernel names recorded, which tells a fusion that made its own kernel from
+    one that may run under another's name."""
 
     def __init__(self, module: HloModule, names: Iterable[str], recorded: set[str]):
         self.table = instruction_scopes(module, names)
@@ -52,6 +61,11 @@ class _Sites:
             self.by_name[kernel].append(row)
             if fp:
                 by_print[fp].append(row)
+        # Some emitters name the kernel after the fused body's root, not the fusion: a sort's
+        # kernels are named after the sort instruction (``sort.0.1`` -> sort_0_1), seen on an H100.
+        for row, (inst, root) in enumerate(zip(self.table["instruction"], self.table["root"])):
+            if root != inst and kernel_name(root) not in self.by_name:
+                self.by_name[kernel_name(root)].append(row)
         # A fusion whose own kernel name was recorded made its own kernel; any other fusion with the
         # same fused computation (or naming it in its deduplicated_name) may run under a first one's.
         may_reuse = [kernel not in recorded for kernel in self.table["kernel_name"]]
@@ -63,13 +77,32 @@ class _Sites:
                 for first in self.by_name.get(kernel_name(dedup), []):
                     self.reusers[first].add(row)
 
+    def _rows(self, name: str) -> tuple[list[int] | None, bool]:
+        rows = self.by_name.get(name)
+        if rows is None and (m := _UNIQUER_SUFFIX.fullmatch(name)) is not None and m.group(1) in self.by_name:
+            return self.by_name[m.group(1)], True
+        return rows, False
+
+    def candidates(self, name: str) -> list[int]:
+        """Rows of ``table`` whose kernel may run under ``name`` (itself and the fusions that may reuse it)."""
+        rows, _ = self._rows(name)
+        return sorted(set(rows).union(*(self.reusers[r] for r in rows))) if rows is not None else []
+
+    def row_of(self, instruction: str) -> int | None:
+        """The row of ``table`` of an instruction that launches kernels, by its name."""
+        if not hasattr(self, "_by_instruction"):
+            self._by_instruction = {name: row for row, name in enumerate(self.table["instruction"])}
+        return self._by_instruction.get(instruction)
+
+    def knows(self, name: str) -> bool:
+        """Whether an instruction of this module is named after the kernel ``name``."""
+        return self._rows(name)[0] is not None
+
     def resolve(self, name: str) -> tuple[str, str, str, str]:
         """(instruction, scope, match, scopes) for one kernel name."""
-        rows, suffixed = self.by_name.get(name), False
-        if rows is None and (m := _UNIQUER_SUFFIX.fullmatch(name)) is not None and m.group(1) in self.by_name:
-            rows, suffixed = self.by_name[m.group(1)], True
+        rows, suffixed = self._rows(name)
         if rows is None:
-            return ("", LIBRARY, "library", "") if _LIBRARY_NAME.search(name) else ("", UNMATCHED, "unmatched", "")
+            return unknown_kernel(name)
         candidates = set(rows).union(*(self.reusers[r] for r in rows))
         picked = self.table.iloc[sorted(candidates)]
         labels = sorted(set(picked["scope"]))
@@ -101,7 +134,7 @@ def attribute_kernels(kernels: pd.DataFrame, module: HloModule, names: Iterable[
     if missing:
         raise TraceError(f"the kernel table lacks columns {missing}; it needs one row per kernel with its name "
                          "and duration_ns")
-    sites = _Sites(module, names, set(kernels["name"]))
+    sites = ModuleSites(module, names, set(kernels["name"]))
     resolved = {name: sites.resolve(name) for name in pd.unique(kernels["name"])}
     out = kernels.copy()
     for i, column in enumerate(("instruction", "scope", "match", "scopes")):

@@ -18,7 +18,7 @@ from rlscope.analyze.hlo import HloModule, Instruction, kernel_name
 from rlscope.errors import RlscopeError
 
 __all__ = ["ScopeNameError", "scope_path", "innermost_scope", "fusion_scope", "instruction_scopes", "NO_SCOPE",
-           "FUSED_ACROSS", "SCOPE_COLUMNS"]
+           "FUSED_ACROSS", "SCOPE_COLUMNS", "inferred_scope_names"]
 
 NO_SCOPE = "(no scope)"
 FUSED_ACROSS = "fused across scopes"
@@ -35,6 +35,12 @@ _CALL_WRAPPERS = frozenset({"jit", "pjit", "pmap", "xla_pmap", "shard_map", "xma
 _CONSTANT = frozenset({"constant", "iota"})
 _RESHAPING = frozenset({"broadcast", "reshape", "bitcast", "convert", "copy", "transpose", "slice"})
 _WRAPPED = re.compile(r"([A-Za-z_]\w*)\((.*)\)")
+# Segments JAX adds that name no scope of the user's: lax.cond's branches, custom derivatives.
+_INTERNAL = re.compile(r"branch_\d+_fun|custom_(jvp|vjp)_call(_jaxpr)?|remat\d*|checkpoint\d*")
+# What an inferred scope name looks like; JAX also puts qualified function names
+# (``make_step.<locals>.body``, under jax.random's jitted helpers) and joined transform names
+# (``mul;transpose(jvp())``) in paths, which are no scopes.
+_SCOPE_NAME = re.compile(r"[\w\-]+")
 
 
 class ScopeNameError(RlscopeError, ValueError):
@@ -141,3 +147,27 @@ def instruction_scopes(module: HloModule, names: Iterable[str]) -> pd.DataFrame:
                      inst.op_name, root.name, root.op_name, scope, how, ";".join(body), inst.fused_computation,
                      inst.deduplicated_name))
     return pd.DataFrame(rows, columns=list(SCOPE_COLUMNS))
+
+
+def inferred_scope_names(modules: Iterable[HloModule]) -> frozenset[str]:
+    """The user's ``jax.named_scope`` names, read off the modules' op_name paths.
+
+    A path is ``[jit(f)/]<segments>/<primitive>``: the last segment is the primitive, ``name(...)``
+    wrappers are unwrapped (``transpose(jvp(update))`` is ``update``) except call wrappers
+    (``jit(g)`` names a function), and JAX's own segments (scan and cond bodies, custom
+    derivatives, qualified function names) are left out. What remains are the scopes the user
+    opened (or a library such as Flax opened for its modules), whatever the JAX version's
+    framework segments are; names are found when made of letters, digits, ``_`` and ``-``.
+    """
+    found: set[str] = set()
+    for module in modules:
+        for instructions in module.computations.values():
+            for inst in instructions:
+                for segment in inst.op_name.split("/")[:-1]:
+                    core, wrapper = segment, ""
+                    while (m := _WRAPPED.fullmatch(core)) is not None:
+                        wrapper, core = m.group(1), m.group(2)
+                    if (wrapper not in _CALL_WRAPPERS and core not in _FRAMEWORK_SEGMENTS
+                            and _SCOPE_NAME.fullmatch(core) and not _INTERNAL.fullmatch(core)):
+                        found.add(core)
+    return frozenset(found)

@@ -1,0 +1,291 @@
+"""GPU time inside ``jax.jit``, per ``jax.named_scope``: the kernels of a process profiled with
+``--jax-scopes`` joined to the scopes of the XLA modules it compiled.
+
+Two joins, each reported as what it is (the ``match`` column):
+
+- **By name** (the default mode): a kernel is named after its instruction
+  (``rlscope.analyze.hlo_join``). Kernel names repeat across modules (``loop_add_fusion`` is in
+  most), so a name found in several modules takes the module of the kernels launched next to it:
+  a module's execution launches its kernels one after another, so the module of the last kernel
+  before it (of the same operation) whose name only one module has, else of the next such
+  kernel; where neither has the name the kernel is ``ambiguous``, unless every module gives it
+  the same scope.
+- **By NVTX range** (the precise mode): XLA opens ``XlaModule:#prefix=P,hlo_module=M,...#`` around
+  each execution and ``Thunk:#name=N,hlo_op=I,...#`` around each thunk's launches
+  (xla/backends/gpu/runtime/annotation.cc), N being the instruction's op_name without the
+  module's prefix P. The launching API call's innermost ranges give the kernel's module and
+  instruction, cuBLAS's kernels included (``nvtx``); its scope is that instruction's in the
+  module's HLO, read as the default mode reads it, or N where the instruction is not found (XLA
+  leaves N out where the fused body's op_names share no prefix).
+
+Kernels launched while XLA compiled a module (``compiles.json``) are autotuning candidates, not
+the step's work: ``autotuning``. In the breakdown, each kernel with a scope is charged to the
+operation ``<python operation>/<scope>``, so the jitted call's GPU time splits into its scopes
+under the operation that made the call.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rlscope.analyze.hlo import HloModule, parse_hlo
+from rlscope.analyze.hlo_join import AMBIGUOUS, MATCH_KINDS, UNMATCHED, ModuleSites, unknown_kernel
+from rlscope.analyze.hlo_scopes import NO_SCOPE, inferred_scope_names, scope_path
+from rlscope.errors import TraceError
+from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.schema import XLA_COMPILES_FILE, XLA_DIR, XLA_MODULE_GLOB, Kind
+
+__all__ = ["DumpedModule", "read_modules", "kernel_scopes", "join_scopes", "scope_table", "AUTOTUNING",
+           "JOIN_MATCHES", "SCOPE_TABLE_COLUMNS"]
+
+AUTOTUNING = "autotuning (compile time)"
+JOIN_MATCHES = (*MATCH_KINDS, "order", "nvtx", "autotuning")
+SCOPE_TABLE_COLUMNS = ("process", "operation", "scope", "match", "kernels", "duration_ns", "share")
+# module_0008.jit_step.sm_9.0_gpu_after_optimizations.txt: number, module name, platform.
+_MODULE_FILE = re.compile(r"module_(\d+)\.([^.]+)\..*after_optimizations\.txt")
+_THUNK = re.compile(r"Thunk:#(?:name=(?P<name>[^,#]*),)?hlo_op=(?P<op>[^,#]+)")
+_MODULE_RANGE = re.compile(r"XlaModule:#(?:prefix=(?P<prefix>[^,#]*),)?hlo_module=(?P<module>[^,#]+)")
+# Scopes that say where a kernel's time went; the others stay with the Python operation itself.
+_UNSCOPED = (NO_SCOPE, UNMATCHED)
+
+
+@dataclasses.dataclass(frozen=True)
+class DumpedModule:
+    """One module XLA compiled in the process: its dump's number and name, parsed."""
+
+    number: int
+    name: str
+    module: HloModule
+
+
+def read_modules(directory: Path) -> list[DumpedModule]:
+    """The optimised modules XLA dumped under ``directory`` (a process's trace folder), in dump order."""
+    modules = []
+    for path in sorted((directory / XLA_DIR).glob(XLA_MODULE_GLOB)):
+        found = _MODULE_FILE.fullmatch(path.name)
+        if found is None:
+            continue
+        try:
+            module = parse_hlo(path.read_text())
+        except (OSError, UnicodeDecodeError, TraceError) as err:
+            raise TraceError(f"{path}: unreadable XLA module dump ({err}); delete the file to analyse the trace "
+                             "without that module's scopes") from err
+        modules.append(DumpedModule(int(found.group(1)), found.group(2), module))
+    return modules
+
+
+def _compile_intervals(directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    path = directory / XLA_DIR / XLA_COMPILES_FILE
+    try:
+        compiles = json.loads(path.read_text())["compiles"]
+    except FileNotFoundError:
+        return np.zeros(0, np.int64), np.zeros(0, np.int64)
+    except (OSError, ValueError, KeyError, TypeError) as err:
+        raise TraceError(f"{path}: unreadable ({err}); delete it to analyse the trace without telling autotuning "
+                         "kernels apart") from err
+    return (np.array([c["start_ns"] for c in compiles], np.int64), np.array([c["end_ns"] for c in compiles], np.int64))
+
+
+def _innermost(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.ndarray:
+    """For each (tid, time), the row position in ``ranges`` of the innermost range open on that
+    thread at that time, or -1. One sweep per thread over starts, ends and queries in time order."""
+    found = np.full(len(times), -1, dtype=np.int64)
+    r_tid, r_start, r_end = (ranges[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    for tid in np.unique(tids):
+        own = np.flatnonzero(r_tid == tid)
+        asked = np.flatnonzero(tids == tid)
+        if len(own) == 0:
+            continue
+        # At one time: ends first (2 * t), then starts, then queries (2 * t + 1, by order below).
+        keys = np.concatenate((r_start[own] * 2 + 1, r_end[own] * 2, times[asked] * 2 + 1))
+        what = np.concatenate((own, -own - 1, np.full(len(asked), np.iinfo(np.int64).min)))
+        slot = np.concatenate((np.zeros(2 * len(own), np.int64), asked))
+        stack: list[int] = []
+        for i in np.lexsort((what == np.iinfo(np.int64).min, keys)):
+            w = what[i]
+            if w == np.iinfo(np.int64).min:
+                found[slot[i]] = stack[-1] if stack else -1
+            elif w >= 0:
+                stack.append(int(w))
+            elif -w - 1 in stack:
+                stack.remove(int(-w - 1))
+    return found
+
+
+def _by_nvtx(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """(module, instruction, op_name path) of each launch from XLA's NVTX ranges ("" where no thunk
+    range was open). The path is the thunk's longest common op_name prefix, "" where XLA gave none."""
+    labels = ranges["name"].astype(str).to_numpy()
+    thunk = np.array([_THUNK.match(n) is not None for n in labels], dtype=bool)
+    module = ~thunk & np.array([_MODULE_RANGE.match(n) is not None for n in labels], dtype=bool)
+    at_thunk = _innermost(ranges[thunk], tids, times)
+    at_module = _innermost(ranges[module], tids, times)
+    thunk_labels, module_labels = labels[thunk], labels[module]
+    out_module = np.full(len(times), "", dtype=object)
+    out_inst, out_path = out_module.copy(), out_module.copy()
+    for i in np.flatnonzero(at_thunk >= 0):
+        t = _THUNK.match(thunk_labels[at_thunk[i]])
+        m = _MODULE_RANGE.match(module_labels[at_module[i]]) if at_module[i] >= 0 else None
+        prefix = (m.group("prefix") or "") if m else ""
+        out_module[i] = m.group("module") if m else ""
+        out_inst[i] = t.group("op")
+        out_path[i] = "/".join(p for p in (prefix, t.group("name") or "") if p)
+    return out_module, out_inst, out_path
+
+
+def _by_name(kernels: pd.DataFrame, modules: list[DumpedModule],
+             sites: list[ModuleSites]) -> tuple[pd.DataFrame, np.ndarray]:
+    """Module, instruction, scope and match of each kernel from its name (the default mode), and
+    the index of each kernel's module in ``modules`` (-1: none or several)."""
+    holders = {n: [i for i, s in enumerate(sites) if s.knows(n)] for n in pd.unique(kernels["name"])}
+    # The module of each kernel whose name only one module has; the others take their neighbours'.
+    only = kernels["name"].map(lambda n: holders[n][0] if len(holders[n]) == 1 else np.nan)
+    before = only.groupby(kernels["operation"]).ffill()
+    after = only.groupby(kernels["operation"]).bfill()
+    resolved: dict[tuple[str, float, float], tuple[int, str, str, str, str]] = {}
+    rows = []
+    for name, prev, nxt in zip(kernels["name"], before, after):
+        key = (name, prev, nxt)
+        if key not in resolved:
+            held = holders[name]
+            if not held:
+                resolved[key] = (-1, "", *unknown_kernel(name)[:3])
+            else:
+                pick = held[0] if len(held) == 1 else next((int(c) for c in (prev, nxt) if c == c and int(c) in held),
+                                                            None)
+                if pick is not None:
+                    resolved[key] = (pick, modules[pick].name, *sites[pick].resolve(name)[:3])
+                else:
+                    answers = {sites[i].resolve(name)[1:3] for i in held}
+                    scope, match = answers.pop() if len(answers) == 1 else (AMBIGUOUS, "ambiguous")
+                    resolved[key] = (-1, ";".join(sorted({modules[i].name for i in held})), "", scope, match)
+        rows.append(resolved[key])
+    frame = pd.DataFrame(rows, index=kernels.index, columns=["pick", "module", "instruction", "scope", "match"])
+    return frame.drop(columns="pick"), frame["pick"].to_numpy()
+
+
+def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, sites: list[ModuleSites]) -> None:
+    """Settle ambiguous kernels (a name several fusions of different scopes may run under) by
+    their place in the module's schedule: a module runs a computation's instructions in text
+    order (its HLO is scheduled), so of the fusions sharing the name, the one between the
+    instructions of the kernels launched just before and just after is the one that ran."""
+    exact_row = np.full(len(frame), np.nan)
+    for i in np.flatnonzero((frame["match"].to_numpy() == "exact") & (pick >= 0)):
+        exact_row[i] = sites[pick[i]].row_of(frame["instruction"].iat[i].split(";")[0])
+    group = [kernels["operation"].to_numpy(), pick]
+    before = pd.Series(exact_row).groupby(group).ffill().to_numpy()
+    after = pd.Series(exact_row).groupby(group).bfill().to_numpy()
+    for i in np.flatnonzero((frame["match"].to_numpy() == "ambiguous") & (pick >= 0)):
+        site = sites[pick[i]]
+        computation = site.table["computation"].to_numpy()
+        low = int(before[i]) if before[i] == before[i] else None
+        high = int(after[i]) if after[i] == after[i] else None
+        anchor = low if low is not None else high
+        if anchor is None:
+            continue
+        fits = [c for c in site.candidates(kernels["name"].iat[i]) if computation[c] == computation[anchor]
+                and (low is None or c > low) and (high is None or computation[high] != computation[anchor] or c < high)]
+        if len(fits) == 1:
+            row = site.table.iloc[fits[0]]
+            frame.iloc[i, frame.columns.get_indexer(["instruction", "scope", "match"])] = [row["instruction"],
+                                                                                          row["scope"], "order"]
+
+
+def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
+    """Per GPU kernel of a process profiled with ``--jax-scopes`` (None for any other): ``module``,
+    ``instruction``, ``scope`` (a path such as ``rollout/inference``, or NO_SCOPE, FUSED_ACROSS,
+    AMBIGUOUS, LIBRARY, UNMATCHED, AUTOTUNING) and ``match`` (JOIN_MATCHES), indexed like
+    ``process.events``, with the kernel's ``operation`` code and ``duration_ns``. Reads the
+    events after ``rlscope.analyze.attribution`` charged GPU work to operations."""
+    if not (process.directory / XLA_DIR).is_dir():
+        return None
+    ev = process.events
+    kind = ev["kind"].to_numpy()
+    kernels = ev[kind == int(Kind.GPU_KERNEL)]
+    kernels = kernels.iloc[np.lexsort((kernels["start_ns"].to_numpy(), kernels["correlation"].to_numpy()))]
+    modules = read_modules(process.directory)
+    names = inferred_scope_names(m.module for m in modules)
+    kernels = kernels.assign(name=kernels["name"].astype(str))
+    sites = [ModuleSites(m.module, names, set(kernels["name"])) for m in modules]
+    frame, pick = _by_name(kernels, modules, sites)
+    _by_order(frame, kernels, pick, sites)
+
+    api = ev[kind == int(Kind.CUDA_API)].drop_duplicates("correlation")
+    call = pd.Index(api["correlation"]).get_indexer(kernels["correlation"])  # the launching call, -1: none recorded
+    at = np.where(call >= 0, api["start_ns"].to_numpy()[call], kernels["start_ns"].to_numpy()).astype(np.int64)
+    tid = np.where(call >= 0, api["tid"].to_numpy()[call], kernels["tid"].to_numpy()).astype(np.int64)
+
+    ranges = ev[kind == int(Kind.NVTX_RANGE)]
+    if len(ranges):
+        by_module = {m.name: i for i, m in enumerate(modules)}
+        module, inst, path = _by_nvtx(ranges, tid, at)
+        for i in np.flatnonzero(inst != ""):
+            # The instruction is XLA's own word; its scope comes from the module's HLO like the
+            # default mode's (fused bodies read the same way), else from the thunk's op_name.
+            held = by_module.get(module[i], pick[i] if pick[i] >= 0 else None)
+            row = sites[held].row_of(inst[i]) if held is not None else None
+            if row is not None:
+                scope = sites[held].table["scope"].iat[row]
+            else:
+                found = scope_path(path[i] + "/_", names) if path[i] else ()
+                scope = "/".join(found) if found else NO_SCOPE
+            name = modules[held].name if held is not None else module[i]
+            frame.iloc[i, frame.columns.get_indexer(["module", "instruction", "scope", "match"])] = [
+                name, inst[i], scope, "nvtx"]
+
+    starts, ends = _compile_intervals(process.directory)
+    if len(starts):
+        order = np.argsort(starts, kind="stable")
+        reach = np.maximum.accumulate(ends[order])  # the latest end of the compiles started so far
+        last = np.searchsorted(starts[order], at, side="right") - 1
+        in_compile = (last >= 0) & (at <= reach[np.maximum(last, 0)])
+        frame.loc[in_compile, ["scope", "match"]] = [AUTOTUNING, "autotuning"]
+    frame["operation"] = kernels["operation"].to_numpy()
+    frame["duration_ns"] = (kernels["end_ns"] - kernels["start_ns"]).to_numpy()
+    return frame.sort_index()
+
+
+def join_scopes(process: ProcessTrace) -> ProcessTrace:
+    """The process with each scoped kernel charged to ``<operation>/<scope>`` and its kernel
+    scopes kept (``ProcessTrace.scopes``); NVTX ranges, read by the join, leave the events."""
+    scopes = kernel_scopes(process)
+    ev = process.events
+    ev = ev[ev["kind"].to_numpy() != int(Kind.NVTX_RANGE)]
+    if scopes is None:
+        return dataclasses.replace(process, events=ev.reset_index(drop=True))
+    names = ev["name"].cat.categories
+    scoped = scopes[~scopes["scope"].isin(_UNSCOPED)]
+    labels = [f"{names[op]}/{scope}" if op >= 0 else scope for op, scope in zip(scoped["operation"], scoped["scope"])]
+    new = sorted(set(labels) - set(names))
+    ev = ev.assign(name=ev["name"].cat.add_categories(new)) if new else ev.copy()
+    codes = pd.Index(ev["name"].cat.categories).get_indexer(labels)
+    ev.loc[scoped.index, "operation"] = codes.astype(ev["operation"].dtype)
+    kept = ev.index
+    scopes = scopes.loc[scopes.index.isin(kept)]
+    position = pd.Series(np.arange(len(ev)), index=kept)
+    scopes.index = position.reindex(scopes.index).to_numpy()
+    return dataclasses.replace(process, events=ev.reset_index(drop=True), scopes=scopes)
+
+
+def scope_table(process: ProcessTrace) -> pd.DataFrame:
+    """GPU kernel time per (Python operation, scope, match) of a process's jitted modules, largest
+    first, with each row's share of its operation's kernel time (columns SCOPE_TABLE_COLUMNS;
+    empty for a process profiled without ``--jax-scopes``)."""
+    scopes = process.scopes
+    if scopes is None or scopes.empty:
+        return pd.DataFrame(columns=list(SCOPE_TABLE_COLUMNS))
+    names = process.events["name"].cat.categories
+    operation = [names[op] if op >= 0 else "(unannotated)" for op in scopes["operation"]]
+    groups = scopes.assign(operation=operation).groupby(["operation", "scope", "match"], sort=False)
+    table = groups.agg(kernels=("duration_ns", "size"), duration_ns=("duration_ns", "sum")).reset_index()
+    whole = table.groupby("operation")["duration_ns"].transform("sum")
+    table["share"] = np.where(whole > 0, table["duration_ns"] / whole.where(whole > 0, 1), 0.0)
+    table.insert(0, "process", process.process)
+    return table.sort_values(["operation", "duration_ns"], ascending=[True, False], kind="stable")[
+        list(SCOPE_TABLE_COLUMNS)].reset_index(drop=True)

@@ -1,0 +1,220 @@
+"""Scopes inside jax.jit end to end: what ``--jax-scopes`` records (rlscope.collect.jax_scopes) and how
+the analysis charges kernels to ``<operation>/<scope>`` (rlscope.analyze.jax_scopes).
+
+On the CPU, JAX compiles real modules but launches no kernels, so the joins run on traces built
+here: kernels named after a CPU-compiled module's instructions, launched by API calls inside an
+operation, as CUPTI would record them. The ``gpu`` test runs the jitted PPO on a GPU in both modes.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from rlscope.analyze import analyze_processes
+from rlscope.analyze.hlo import parse_hlo
+from rlscope.analyze.hlo_join import UNMATCHED, ModuleSites
+from rlscope.analyze.hlo_scopes import instruction_scopes
+from rlscope.analyze.jax_scopes import AUTOTUNING, _innermost, join_scopes, read_modules, scope_table
+from rlscope.collect import jax_scopes as collect
+from rlscope.errors import RlscopeError
+from rlscope.trace.reader import ProcessTrace
+from rlscope.trace.schema import SCHEMA_VERSION, XLA_COMPILES_FILE, XLA_DIR, Kind
+from tests.conftest import REPO
+
+MAIN = 1
+SCOPES = {"rollout", "inference", "env", "update"}
+
+
+@pytest.fixture(scope="module")
+def step_hlo() -> str:
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def step(w, x):
+        def body(c, _):
+            with jax.named_scope("rollout"):
+                with jax.named_scope("inference"):
+                    a = jnp.tanh(c @ w)
+                with jax.named_scope("env"):
+                    c = c + 0.1 * jnp.sin(a)
+            return c, a.sum()
+
+        c, ys = jax.lax.scan(body, x, None, 4)
+        with jax.named_scope("update"):
+            g = jax.grad(lambda w: jnp.sum(jnp.tanh(c @ w)))(w)
+        return w - 0.01 * g, ys
+
+    return jax.jit(step).lower(jnp.ones((8, 8)), jnp.ones((2, 8))).compile().as_text()
+
+
+def _kernel_of(hlo: str, scope: str) -> str:
+    """A kernel of ``scope`` that its name alone tells (no identical fusion elsewhere to alias)."""
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, SCOPES)
+    names = table.loc[table["scope"] == scope, "kernel_name"]
+    return next(n for n in names if ModuleSites(module, SCOPES, {n}).resolve(n)[2] == "exact")
+
+
+def _trace(directory: Path, kernels: list[str], nvtx: list[tuple[str, int, int]] = ()) -> ProcessTrace:
+    """An operation ``train_step`` [0, 1000) launching ``kernels`` in order, one API call each
+    (at 10 + 100 i), each kernel running 50 ns; ``nvtx``: (name, start, end) ranges on the main thread."""
+    names = ["train_step", "cuLaunchKernel", *dict.fromkeys(kernels), *(n for n, _, _ in nvtx), "default"]
+    names = list(dict.fromkeys(names))
+    rows = [(Kind.OPERATION, 0, 1000, "train_step", 0, -1), (Kind.PHASE, 0, 1000, "default", 0, -1)]
+    for i, kernel in enumerate(kernels):
+        rows.append((Kind.CUDA_API, 10 + 100 * i, 15 + 100 * i, "cuLaunchKernel", i + 1, -1))
+        rows.append((Kind.GPU_KERNEL, 20 + 100 * i, 70 + 100 * i, kernel, i + 1, names.index("train_step")))
+    rows += [(Kind.NVTX_RANGE, s, e, n, 0, -1) for n, s, e in nvtx]
+    frame = pd.DataFrame([dict(kind=int(k), category=0, tid=MAIN, depth=0, start_ns=s, end_ns=e, name=names.index(n),
+                               correlation=c, operation=o) for k, s, e, n, c, o in rows])
+    frame["name"] = pd.Categorical.from_codes(frame["name"], categories=names)
+    meta = {"schema_version": SCHEMA_VERSION, "process": "t", "pid": 7, "main_tid": MAIN, "start_ns": 0,
+            "end_ns": 1000, "complete": True}
+    return ProcessTrace(directory, meta, frame)
+
+
+def _dump(directory: Path, modules: dict[str, str], compiles: list[tuple[int, int]] = ()) -> Path:
+    xla = directory / XLA_DIR
+    xla.mkdir(parents=True)
+    for i, (name, text) in enumerate(modules.items()):
+        (xla / f"module_{i:04d}.{name}.sm_9.0_gpu_after_optimizations.txt").write_text(text)
+    (xla / XLA_COMPILES_FILE).write_text(json.dumps({"compiles": [
+        {"start_ns": s, "end_ns": e, "tid": MAIN, "function": "jit(step)"} for s, e in compiles]}))
+    return directory
+
+
+def _operations(process: ProcessTrace) -> list[str]:
+    ev = process.events
+    kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)].sort_values("start_ns")
+    categories = ev["name"].cat.categories
+    return [categories[o] for o in kernels["operation"]]
+
+
+def test_parse_jax_scopes_accepts_the_two_modes_and_off() -> None:
+    assert [collect.parse_jax_scopes(v) for v in (None, False, "", "0", True, "1", "default", "precise")] == \
+        [None] * 4 + ["default"] * 3 + ["precise"]
+    with pytest.raises(RlscopeError, match="default or precise"):
+        collect.parse_jax_scopes("exact")
+
+
+def test_recording_refuses_once_jax_has_started_its_backends(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    class Bridge:
+        @staticmethod
+        def backends_are_initialized() -> bool:
+            return True
+
+    monkeypatch.setitem(sys.modules, "jax._src.xla_bridge", Bridge)
+    with pytest.raises(RlscopeError, match="before the first JAX computation"):
+        collect.JaxScopes("default", tmp_path).start(None)
+
+
+def test_prof_keeps_the_optimised_modules_and_the_compiles(tmp_path: Path) -> None:
+    pytest.importorskip("jax")
+    script = tmp_path / "step.py"
+    script.write_text("import jax, jax.numpy as jnp, rlscope\n"
+                      "f = jax.jit(lambda x: jnp.sin(x) * 2)\n"
+                      "with rlscope.operation('train_step'):\n    f(jnp.ones(4)).block_until_ready()\n")
+    out = tmp_path / "trace"
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--jax-scopes", "--no-gpu", "--output",
+                           str(out), "--", sys.executable, str(script)], cwd=REPO, capture_output=True, text=True)
+    assert done.returncode == 0, done.stderr
+    (process_dir,) = [p for p in out.iterdir() if (p / "meta.json").exists()]
+    kept = sorted(p.name for p in (process_dir / XLA_DIR).iterdir())
+    assert XLA_COMPILES_FILE in kept and any(".jit__lambda" in k for k in kept)
+    assert all(k == XLA_COMPILES_FILE or k.endswith("after_optimizations.txt") for k in kept)
+    meta = json.loads((process_dir / "meta.json").read_text())["jax_scopes"]
+    assert meta["mode"] == "default" and meta["modules"] == len(kept) - 1 and meta["compiles"] >= 1
+    assert [m.name for m in read_modules(process_dir)][-1] == "jit__lambda"
+
+
+def test_kernels_are_charged_to_operation_slash_scope(tmp_path: Path, step_hlo: str) -> None:
+    kernels = [_kernel_of(step_hlo, s) for s in ("rollout/inference", "rollout/env", "update")] + ["not_xla_kernel"]
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}), kernels))
+    assert _operations(process) == ["train_step/rollout/inference", "train_step/rollout/env", "train_step/update",
+                                    "train_step"]
+    table = scope_table(process)
+    assert set(table["scope"]) == {"rollout/inference", "rollout/env", "update", UNMATCHED}
+    assert table["share"].sum() == pytest.approx(1.0)
+    breakdown = analyze_processes([process])["breakdown"]
+    assert {"train_step/rollout/inference", "train_step/update"} <= set(breakdown["operation"])
+
+
+def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path: Path, step_hlo: str) -> None:
+    table = instruction_scopes(parse_hlo(step_hlo), SCOPES)
+    env = table[table["scope"] == "rollout/env"].iloc[0]
+    # An eager module whose only kernel is named like the step's env kernel, with no scope.
+    other = (f"HloModule jit_other\n\n%fused (p: f32[4]) -> f32[4] {{\n  %p = f32[4]{{0}} parameter(0)\n"
+             f"  ROOT %s = f32[4]{{0}} sine(%p), metadata={{op_name=\"jit(other)/sin\"}}\n}}\n\n"
+             f"ENTRY %main (x: f32[4]) -> f32[4] {{\n  %x = f32[4]{{0}} parameter(0)\n"
+             f"  ROOT %{env['instruction']} = f32[4]{{0}} fusion(%x), kind=kLoop, calls=%fused, "
+             f"metadata={{op_name=\"jit(other)/sin\"}}\n}}\n")
+    directory = _dump(tmp_path, {"jit_step": step_hlo, "jit_other": other})
+    first = [_kernel_of(step_hlo, s) for s in ("rollout/inference", "update")]
+    process = join_scopes(_trace(directory, [*first, env["kernel_name"], env["kernel_name"]]))
+    assert _operations(process) == ["train_step/rollout/inference", "train_step/update", "train_step/rollout/env",
+                                    "train_step/rollout/env"]
+    assert set(process.scopes["module"]) == {"jit_step"}
+    alone = join_scopes(_trace(_dump(tmp_path / "alone", {"jit_step": step_hlo, "jit_other": other}),
+                               [env["kernel_name"]]))
+    assert list(alone.scopes["match"]) == ["ambiguous"]  # no neighbour tells the modules apart
+
+
+def test_kernels_launched_while_xla_compiles_are_autotuning(tmp_path: Path, step_hlo: str) -> None:
+    kernels = [_kernel_of(step_hlo, "update")] * 3
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}, compiles=[(0, 150)]), kernels))
+    assert list(process.scopes["scope"]) == [AUTOTUNING, AUTOTUNING, "update"]
+
+
+def test_the_precise_mode_reads_the_scope_from_xla_s_nvtx_ranges(tmp_path: Path, step_hlo: str) -> None:
+    kernels = ["sm90_xmma_gemm_f32f32", _kernel_of(step_hlo, "update")]
+    nvtx = [("XlaModule:#prefix=jit(step),hlo_module=jit_step,program_id=3#", 0, 900),
+            ("Thunk:#name=rollout/inference/dot_general,hlo_op=custom-call.1,unique_hlo_op_id=9#", 5, 50),
+            ("Thunk:#name=update/mul,hlo_op=fusion.2,unique_hlo_op_id=10#", 105, 150)]
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}), kernels, nvtx))
+    assert list(process.scopes["match"]) == ["nvtx", "nvtx"]
+    assert list(process.scopes["scope"]) == ["rollout/inference", "update"]
+    assert list(process.scopes["instruction"]) == ["custom-call.1", "fusion.2"]
+    assert not (process.events["kind"] == int(Kind.NVTX_RANGE)).any()
+
+
+def test_innermost_range_at_each_time() -> None:
+    ranges = pd.DataFrame({"tid": [1, 1, 1, 2], "start_ns": [0, 10, 30, 0], "end_ns": [100, 20, 40, 100]})
+    tids = np.array([1, 1, 1, 1, 2, 3])
+    times = np.array([5, 15, 25, 35, 50, 50])
+    assert list(_innermost(ranges, tids, times)) == [0, 1, 0, 2, 3, -1]
+
+
+@pytest.mark.gpu
+def test_on_a_gpu_the_name_join_agrees_with_xla_s_own_ranges(tmp_path: Path) -> None:
+    """The precise mode ties every kernel of the step to its instruction through XLA's NVTX
+    ranges; wherever the default mode matched a kernel's name exactly, it found the same scope."""
+    from rlscope.analyze import read_attributed
+
+    first_scope = {}
+    for mode in ("default", "precise"):
+        out = tmp_path / mode
+        command = [sys.executable, "-m", "rlscope.cli", "prof", "--no-analyze", f"--jax-scopes={mode}", "--output",
+                   str(out), "--", sys.executable, "-m", "experiments.casestudies.jitted_ppo", "--envs", "8",
+                   "--steps", "8", "--iterations", "4"]
+        done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
+        assert done.returncode == 0, done.stderr
+        (process,) = read_attributed(out)
+        assert {"train_step/rollout/inference", "train_step/rollout/env", "train_step/update"} <= \
+            set(_operations(process))
+        scopes = process.scopes[process.scopes["scope"] != AUTOTUNING]
+        in_step = scopes[scopes["module"] == "jit_train_step"]
+        names = process.events.loc[in_step.index, "name"].astype(str)
+        if mode == "precise":
+            assert (in_step["match"] == "nvtx").all(), in_step["match"].value_counts()
+            precise = dict(zip(names, in_step["scope"]))
+        else:
+            exact = in_step["match"] == "exact"
+            first_scope = dict(zip(names[exact], in_step.loc[exact, "scope"]))
+    assert first_scope and all(precise[name] == scope for name, scope in first_scope.items() if name in precise)
