@@ -20,6 +20,7 @@ import numpy as np
 import pandas as pd
 
 import tables_gpu
+import tables_jax_scopes
 import tables_overhead
 import tables_profiler
 import tables_sampled
@@ -358,6 +359,7 @@ TABLES: dict[str, Callable[[], str]] = {
     "figure_runs": figure_runs, "brax_throughput": brax_throughput,
     **tables_gpu.TABLES,
     **tables_sampled.TABLES,
+    **tables_jax_scopes.TABLES,
     **tables_overhead.TABLES,
     **tables_profiler.TABLES,
 }

@@ -1,0 +1,142 @@
+"""Scopes inside jax.jit on a GPU: the default mode (kernel names joined to the dumped HLO) against
+the precise mode (XLA's NVTX ranges), and what the default mode costs over ``rlscope prof``.
+
+    python bench/jax_scopes.py [--rounds 5] [--envs 256] [--steps 128] [--iterations 20] \\
+        [--out docs/results/jax_scopes/RECORD.json] [--work DIR]
+
+The workload is ``experiments/casestudies/jitted_ppo.py`` (PPO compiled whole). Each round runs
+one process per mode, in the order none (no rlscope), prof (``rlscope prof``), scopes
+(``--jax-scopes``), precise (``--jax-scopes=precise``); each process reports its own seconds per
+training iteration after two that compile. The record holds, per mode, every round's time and
+their median, and per round the scopes-over-prof ratio (so both sides share the round's machine
+state), summarised as median [min, max] over rounds.
+
+Attribution: each traced round is analysed; per (scope, mode) the GPU kernel time of the timed
+iterations and its share of the step (autotuning kernels left out), the fraction of kernels
+attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
+unmatched or ambiguous), and per kernel name whether the default mode's scope equals the
+precise mode's (a check on the join that no timing enters).
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.metadata
+import json
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO))
+
+from bench.run_record import host, write  # noqa: E402
+from rlscope.analyze import read_attributed  # noqa: E402
+from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
+from rlscope.analyze.jax_scopes import AUTOTUNING  # noqa: E402
+from rlscope.trace.schema import Kind  # noqa: E402
+
+MODES = {"none": [], "prof": ["--no-analyze"], "scopes": ["--no-analyze", "--jax-scopes"],
+         "precise": ["--no-analyze", "--jax-scopes=precise"]}
+WORKLOAD = ["-m", "experiments.casestudies.jitted_ppo"]
+MIN_SHARE = 0.05  # the goal compares scopes of at least this share of the step
+
+
+def run(mode: str, args: argparse.Namespace, trace: Path) -> float:
+    workload = [sys.executable, *WORKLOAD, "--envs", str(args.envs), "--steps", str(args.steps),
+                "--iterations", str(args.iterations)]
+    command = workload if mode == "none" else [sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace),
+                                                *MODES[mode], "--", *workload]
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
+    if done.returncode != 0 or not lines:
+        raise SystemExit(f"{mode}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
+    return float(json.loads(lines[-1])["iteration_s"])
+
+
+def kernel_table(trace: Path) -> Any:
+    """The kernels of the timed iterations with their scope and match (None: no kernels)."""
+    (process,) = read_attributed(trace)
+    scopes = process.scopes
+    if scopes is None or scopes.empty:
+        return None
+    steps = process.events[process.events["kind"] == int(Kind.STEP)].sort_values("start_ns")
+    timed_from = int(steps["start_ns"].iloc[2]) if len(steps) > 2 else 0
+    starts = process.events.loc[scopes.index, "start_ns"].to_numpy()
+    names = process.events.loc[scopes.index, "name"].astype(str).to_numpy()
+    table = scopes.assign(kernel=names, start_ns=starts)
+    return table[(table["start_ns"] >= timed_from) & (table["scope"] != AUTOTUNING)]
+
+
+def attribution(default: Any, precise: Any) -> dict[str, Any]:
+    if default is None or precise is None:
+        return {"kernels": 0}
+    shares = {}
+    for label, table in (("default", default), ("precise", precise)):
+        total = table["duration_ns"].sum()
+        shares[label] = (table.groupby("scope")["duration_ns"].sum() / total).to_dict()
+    compared = {}
+    for scope in sorted(set(shares["default"]) | set(shares["precise"])):
+        d, p = shares["default"].get(scope, 0.0), shares["precise"].get(scope, 0.0)
+        compared[scope] = {"default": d, "precise": p, "relative_difference": (d - p) / p if p else None,
+                           "goal_applies": max(d, p) >= MIN_SHARE}
+    first_default = default.drop_duplicates("kernel").set_index("kernel")["scope"]
+    first_precise = precise.drop_duplicates("kernel").set_index("kernel")["scope"]
+    both = first_default.index.intersection(first_precise.index)
+    same = int((first_default[both] == first_precise[both]).sum())
+    return {"shares": compared,
+            "attributed_default": float((~default["scope"].isin([UNMATCHED, AMBIGUOUS])).mean()),
+            "attributed_precise": float((~precise["scope"].isin([UNMATCHED, AMBIGUOUS])).mean()),
+            "matches_default": default["match"].value_counts().to_dict(),
+            "matches_precise": precise["match"].value_counts().to_dict(),
+            "kernel_names_compared": len(both), "kernel_names_same_scope": same,
+            "kernel_names_differing": {k: [first_default[k], first_precise[k]] for k in both
+                                       if first_default[k] != first_precise[k]}}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--envs", type=int, default=256)
+    parser.add_argument("--steps", type=int, default=128)
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--work", type=Path, default=None, help="keep the traces here")
+    args = parser.parse_args()
+    work = args.work or Path(tempfile.mkdtemp(prefix="jax_scopes_"))
+    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    rounds = []
+    for r in range(args.rounds):
+        for mode in MODES:
+            times[mode].append(run(mode, args, work / f"{mode}{r}"))
+            print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
+        rounds.append({mode: times[mode][-1] for mode in MODES})
+    ratios = [row["scopes"] / row["prof"] for row in rounds]
+    precise_ratios = [row["precise"] / row["prof"] for row in rounds]
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
+        else "none"
+    record = {
+        "command": " ".join(sys.argv),
+        "gpu": gpu,
+        "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
+        "workload": {"envs": args.envs, "steps": args.steps, "iterations": args.iterations},
+        "iteration_s": times,
+        "iteration_s_median": {mode: statistics.median(v) for mode, v in times.items()},
+        "scopes_over_prof": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                             "rounds": ratios},
+        "precise_over_prof": {"median": statistics.median(precise_ratios), "min": min(precise_ratios),
+                              "max": max(precise_ratios), "rounds": precise_ratios},
+        "attribution": attribution(kernel_table(work / "scopes0"), kernel_table(work / "precise0")),
+    }
+    print(json.dumps({"host": host(), **record}, indent=1, default=str))
+    if args.out:
+        write(args.out, record)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,154 @@
+"""PPO compiled whole (PureJaxRL-style) on the JAX CartPole: one ``jax.jit`` call per training
+iteration runs the rollout (policy inference and environment steps, scanned), GAE and the
+minibatch updates. To rlscope that call is one opaque Backend span; ``rlscope prof
+--jax-scopes`` splits its GPU time by the ``jax.named_scope`` of each part (rollout/inference,
+rollout/env, gae, update).
+
+Run: ``python -m experiments.casestudies.jitted_ppo --envs 64 --steps 128 --iterations 50``.
+It prints one JSON line: the seconds per iteration after the first two (compilation) and the
+environment steps per second.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from typing import Any
+
+import rlscope
+from experiments.datacollection.backends.base import CARTPOLE as P
+from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
+
+__all__ = ["make_train_step", "main"]
+
+WARM_UP = 2  # iterations that compile (and autotune) before the timed ones
+
+
+def _init(jax: Any, key: Any, hidden: int) -> dict[str, Any]:
+    sizes = [(4, hidden), (hidden, hidden), (hidden, 3)]  # 2 action logits and the value
+    keys = jax.random.split(key, len(sizes))
+    return {f"w{i}": jax.random.normal(k, s) / s[0] ** 0.5 for i, (k, s) in enumerate(zip(keys, sizes))} | {
+        f"b{i}": jax.numpy.zeros(s[1]) for i, s in enumerate(sizes)}
+
+
+def _forward(jnp: Any, params: dict[str, Any], obs: Any) -> tuple[Any, Any]:
+    h = jnp.tanh(obs @ params["w0"] + params["b0"])
+    h = jnp.tanh(h @ params["w1"] + params["b1"])
+    out = h @ params["w2"] + params["b2"]
+    return out[..., :2], out[..., 2]
+
+
+def make_train_step(envs: int, steps: int, epochs: int = 4, minibatches: int = 4, hidden: int = 64,
+                    gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2, lr: float = 2.5e-4) -> tuple[Any, Any]:
+    """(init(seed) -> carry, train_step(carry) -> (carry, metrics)), train_step jitted whole."""
+    import jax
+    import jax.numpy as jnp
+    import optax
+
+    optimizer = optax.adam(lr)
+
+    def init(seed: int) -> tuple[Any, ...]:
+        key = jax.random.key(seed)
+        key, pkey, skey = jax.random.split(key, 3)
+        params = _init(jax, pkey, hidden)
+        state = jax.random.uniform(skey, (envs, 4), minval=-P.reset_bound, maxval=P.reset_bound)
+        return params, optimizer.init(params), state, jnp.zeros(envs, jnp.int32), key
+
+    def env_step(state: Any, elapsed: Any, action: Any, key: Any) -> tuple[Any, ...]:
+        moved = cartpole_dynamics(state, action == 1, jnp)
+        elapsed = elapsed + 1
+        done = terminated_mask(moved) | (elapsed >= P.max_episode_steps)
+        fresh = jax.random.uniform(key, moved.shape, minval=-P.reset_bound, maxval=P.reset_bound)
+        return jnp.where(done[:, None], fresh, moved), jnp.where(done, 0, elapsed), done
+
+    def rollout_step(carry: tuple[Any, ...], _: Any) -> tuple[tuple[Any, ...], tuple[Any, ...]]:
+        params, state, elapsed, key = carry
+        key, act_key, env_key = jax.random.split(key, 3)
+        with jax.named_scope("inference"):
+            logits, value = _forward(jnp, params, state)
+            action = jax.random.categorical(act_key, logits)
+            logp = jax.nn.log_softmax(logits)[jnp.arange(envs), action]
+        with jax.named_scope("env"):
+            next_state, elapsed, done = env_step(state, elapsed, action, env_key)
+        return (params, next_state, elapsed, key), (state, action, logp, value, done)
+
+    def gae(values: Any, dones: Any, last_value: Any) -> tuple[Any, Any]:
+        def back(carry: tuple[Any, Any], x: tuple[Any, Any, Any]) -> tuple[tuple[Any, Any], Any]:
+            advantage, next_value = carry
+            value, done, reward = x
+            delta = reward + gamma * next_value * (1 - done) - value
+            advantage = delta + gamma * lam * (1 - done) * advantage
+            return (advantage, value), advantage
+
+        rewards = jnp.ones_like(values)  # CartPole: +1 per step survived
+        _, advantages = jax.lax.scan(back, (jnp.zeros_like(last_value), last_value),
+                                     (values, dones.astype(values.dtype), rewards), reverse=True)
+        return advantages, advantages + values
+
+    def loss(params: Any, batch: tuple[Any, ...]) -> Any:
+        obs, action, old_logp, advantage, target = batch
+        logits, value = _forward(jnp, params, obs)
+        logp = jax.nn.log_softmax(logits)[jnp.arange(obs.shape[0]), action]
+        ratio = jnp.exp(logp - old_logp)
+        advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
+        policy = -jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - clip, 1 + clip) * advantage).mean()
+        return policy + 0.5 * ((value - target) ** 2).mean()
+
+    def train_step(carry: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
+        params, opt_state, state, elapsed, key = carry
+        with jax.named_scope("rollout"):
+            (_, state, elapsed, key), (obs, action, logp, value, done) = jax.lax.scan(
+                rollout_step, (params, state, elapsed, key), None, length=steps)
+        with jax.named_scope("gae"):
+            last_value = _forward(jnp, params, state)[1]
+            advantage, target = gae(value, done, last_value)
+        with jax.named_scope("update"):
+            flat = jax.tree.map(lambda x: x.reshape((steps * envs,) + x.shape[2:]), (obs, action, logp, advantage,
+                                                                                      target))
+
+            def epoch(carry: tuple[Any, Any, Any], _: Any) -> tuple[tuple[Any, Any, Any], Any]:
+                params, opt_state, key = carry
+                key, perm_key = jax.random.split(key)
+                order = jax.random.permutation(perm_key, steps * envs).reshape(minibatches, -1)
+
+                def minibatch(carry: tuple[Any, Any], idx: Any) -> tuple[tuple[Any, Any], Any]:
+                    params, opt_state = carry
+                    value, grads = jax.value_and_grad(loss)(params, jax.tree.map(lambda x: x[idx], flat))
+                    updates, opt_state = optimizer.update(grads, opt_state)
+                    return (optax.apply_updates(params, updates), opt_state), value
+
+                (params, opt_state), losses = jax.lax.scan(minibatch, (params, opt_state), order)
+                return (params, opt_state, key), losses.mean()
+
+            (params, opt_state, key), losses = jax.lax.scan(epoch, (params, opt_state, key), None, length=epochs)
+        return (params, opt_state, state, elapsed, key), losses.mean()
+
+    return init, jax.jit(train_step)
+
+
+def main(argv: list[str] | None = None) -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--envs", type=int, default=64)
+    parser.add_argument("--steps", type=int, default=128, help="rollout length per iteration")
+    parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--seed", type=int, default=0)
+    args = parser.parse_args(argv)
+    init, train_step = make_train_step(args.envs, args.steps)
+    carry = init(args.seed)
+    started = None
+    for i in range(args.iterations):
+        if i == min(WARM_UP, args.iterations - 1):
+            started = time.perf_counter()
+        with rlscope.operation("train_step"):
+            carry, loss = train_step(carry)
+            loss.block_until_ready()
+        rlscope.step()
+    timed = args.iterations - min(WARM_UP, args.iterations - 1)
+    seconds = (time.perf_counter() - started) / timed
+    print(json.dumps({"iteration_s": seconds, "env_steps_per_s": args.envs * args.steps / seconds,
+                      "iterations": timed, "loss": float(loss)}))
+
+
+if __name__ == "__main__":
+    main()
