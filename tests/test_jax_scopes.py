@@ -8,6 +8,7 @@ operation, as CUPTI would record them. The ``gpu`` test runs the jitted PPO on a
 
 from __future__ import annotations
 
+import gzip
 import json
 import subprocess
 import sys
@@ -182,6 +183,40 @@ def test_the_precise_mode_reads_the_scope_from_xla_s_nvtx_ranges(tmp_path: Path,
     assert list(process.scopes["scope"]) == ["rollout/inference", "update"]
     assert list(process.scopes["instruction"]) == ["custom-call.1", "fusion.2"]
     assert not (process.events["kind"] == int(Kind.NVTX_RANGE)).any()
+
+
+def test_a_recorded_h100_step_gets_the_scopes_xla_s_ranges_gave(tmp_path: Path) -> None:
+    """A jitted PPO step recorded on an H100 (tests/data/jax_scopes: its optimised module, and
+    each kernel of two timed iterations in launch order with the scope the precise mode gave it,
+    from XLA's NVTX ranges): the name join, with the schedule for reused kernels and a loop's
+    body starting again, gives every kernel the same scope."""
+    data = REPO / "tests/data/jax_scopes"
+    (module,) = data.glob("module_*.txt.gz")
+    xla = tmp_path / XLA_DIR
+    xla.mkdir()
+    (xla / module.name.removesuffix(".gz")).write_bytes(gzip.decompress(module.read_bytes()))
+    recorded = pd.read_csv(data / "h100_step_kernels.csv.gz")
+    process = join_scopes(_trace(tmp_path, list(recorded["kernel"])))
+    assert process.scopes["match"].isin(["exact", "alias", "order"]).all()
+    assert list(process.scopes["scope"]) == list(recorded["precise_scope"])
+
+
+def test_a_library_kernel_takes_the_one_instruction_between_its_neighbours_without_a_kernel_of_its_name(
+        tmp_path: Path) -> None:
+    """One pass through a hand-written module in schedule order, its cuBLAS call launching a
+    library-named kernel: that kernel goes to the custom call, the one instruction between its
+    neighbours' that no recorded kernel is named after."""
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"a", "b", "c"})
+    (call,) = table.index[table["opcode"] == "custom-call"]
+    position = ModuleSites(module, {"a", "b", "c"}, set()).schedule()
+    rows = sorted(range(len(table)), key=lambda r: position[r])
+    kernels = ["sm90_xmma_gemm_f32f32_tn" if r == call else table["kernel_name"].iat[r] for r in rows]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
+    library = process.scopes.iloc[rows.index(call)]
+    assert library["match"] == "order" and library["instruction"] == table["instruction"].iat[call]
+    assert library["scope"] == "update"  # the custom call's op_name: jit(step)/update/dot_general
 
 
 def test_innermost_range_at_each_time() -> None:

@@ -51,6 +51,8 @@ class ModuleSites:
     one that may run under another's name."""
 
     def __init__(self, module: HloModule, names: Iterable[str], recorded: set[str]):
+        self.module = module
+        self.recorded = recorded
         self.table = instruction_scopes(module, names)
         memo: dict[str, str] = {}
         prints = [fingerprint(module, c, memo) if c else "" for c in self.table["fused_computation"]]
@@ -87,6 +89,38 @@ class ModuleSites:
         """Rows of ``table`` whose kernel may run under ``name`` (itself and the fusions that may reuse it)."""
         rows, _ = self._rows(name)
         return sorted(set(rows).union(*(self.reusers[r] for r in rows))) if rows is not None else []
+
+    def schedule(self) -> list[int]:
+        """Each row's position in the module's schedule, flattened: a computation's instructions in
+        text order (XLA prints a scheduled module in execution order), a while's condition and
+        body (a conditional's branches, a call's callee) in place of the instruction calling them."""
+        if hasattr(self, "_schedule"):
+            return self._schedule
+        rows = {name: row for row, name in enumerate(self.table["instruction"])}
+        order: dict[int, int] = {}
+
+        def walk(computation: str, seen: frozenset[str]) -> None:
+            for inst in self.module.computations.get(computation, ()):
+                if inst.name in rows and rows[inst.name] not in order:
+                    order[rows[inst.name]] = len(order)
+                if inst.is_fusion:
+                    continue
+                for role, names in inst.called.items():
+                    if role == "to_apply" and inst.opcode != "call":
+                        continue
+                    for name in sorted(names, key=lambda n: role != "condition"):  # a while's condition first
+                        if name not in seen:
+                            walk(name, seen | {name})
+
+        walk(self.module.entry, frozenset({self.module.entry}))
+        self._schedule = [order.get(row, len(order) + row) for row in range(len(self.table))]
+        return self._schedule
+
+    def unnamed_rows(self) -> list[int]:
+        """Rows no recorded kernel is named after (by the instruction or its fused root): where
+        kernels named after a library (cuBLAS, CUB) come from."""
+        return [row for row, (kernel, root) in enumerate(zip(self.table["kernel_name"], self.table["root"]))
+                if kernel not in self.recorded and kernel_name(root) not in self.recorded]
 
     def row_of(self, instruction: str) -> int | None:
         """The row of ``table`` of an instruction that launches kernels, by its name."""

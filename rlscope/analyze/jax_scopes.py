@@ -170,31 +170,48 @@ def _by_name(kernels: pd.DataFrame, modules: list[DumpedModule],
     return frame.drop(columns="pick"), frame["pick"].to_numpy()
 
 
+def _between(site: ModuleSites, candidates: list[int], low: int, high: int) -> list[int]:
+    """The candidates placed between rows ``low`` and ``high`` in the module's schedule; where
+    ``high`` comes earlier, a loop's body started again between them: then those in that body,
+    after ``low`` or ahead of ``high``."""
+    at, computation = site.schedule(), site.table["computation"].to_numpy()
+    if at[low] < at[high]:
+        return [c for c in candidates if at[low] < at[c] < at[high]]
+    if computation[low] == computation[high]:
+        return [c for c in candidates if computation[c] == computation[low] and (at[c] > at[low] or at[c] < at[high])]
+    return []
+
+
 def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, sites: list[ModuleSites]) -> None:
-    """Settle ambiguous kernels (a name several fusions of different scopes may run under) by
-    their place in the module's schedule: a module runs a computation's instructions in text
-    order (its HLO is scheduled), so of the fusions sharing the name, the one between the
-    instructions of the kernels launched just before and just after is the one that ran."""
+    """Settle kernels a name does not place by where they ran in the module's schedule: a module
+    runs its instructions in schedule order (``ModuleSites.schedule``), so the instruction that
+    launched a kernel lies between those of the kernels launched just before and just after it.
+    An ambiguous name (fusions of different scopes sharing one kernel) takes the one of its
+    fusions placed there; a library's kernel (cuBLAS, CUB) the one instruction placed there that
+    no recorded kernel is named after (a custom call, a sort XLA hands to CUB)."""
     exact_row = np.full(len(frame), np.nan)
     for i in np.flatnonzero((frame["match"].to_numpy() == "exact") & (pick >= 0)):
         exact_row[i] = sites[pick[i]].row_of(frame["instruction"].iat[i].split(";")[0])
-    group = [kernels["operation"].to_numpy(), pick]
+    operation = kernels["operation"].to_numpy()
+    # A library kernel's module is its neighbours': the module of the last kernel placed before it.
+    module = pd.Series(np.where(pick >= 0, pick, np.nan)).groupby(operation).ffill().to_numpy()
+    group = [operation, np.nan_to_num(module, nan=-1).astype(int)]
     before = pd.Series(exact_row).groupby(group).ffill().to_numpy()
     after = pd.Series(exact_row).groupby(group).bfill().to_numpy()
-    for i in np.flatnonzero((frame["match"].to_numpy() == "ambiguous") & (pick >= 0)):
-        site = sites[pick[i]]
-        computation = site.table["computation"].to_numpy()
-        low = int(before[i]) if before[i] == before[i] else None
-        high = int(after[i]) if after[i] == after[i] else None
-        anchor = low if low is not None else high
-        if anchor is None:
+    match = frame["match"].to_numpy()
+    for i in np.flatnonzero(((match == "ambiguous") & (pick >= 0)) | ((match == "library") & (module == module))):
+        if before[i] != before[i] or after[i] != after[i]:
             continue
-        fits = [c for c in site.candidates(kernels["name"].iat[i]) if computation[c] == computation[anchor]
-                and (low is None or c > low) and (high is None or computation[high] != computation[anchor] or c < high)]
+        site = sites[int(module[i])]
+        if match[i] == "ambiguous":
+            candidates = site.candidates(kernels["name"].iat[i])
+        else:
+            candidates = site.unnamed_rows()
+        fits = _between(site, candidates, int(before[i]), int(after[i]))
         if len(fits) == 1:
             row = site.table.iloc[fits[0]]
-            frame.iloc[i, frame.columns.get_indexer(["instruction", "scope", "match"])] = [row["instruction"],
-                                                                                          row["scope"], "order"]
+            frame.iloc[i, frame.columns.get_indexer(["module", "instruction", "scope", "match"])] = [
+                site.module.name, row["instruction"], row["scope"], "order"]
 
 
 def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
@@ -225,19 +242,22 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
     if len(ranges):
         by_module = {m.name: i for i, m in enumerate(modules)}
         module, inst, path = _by_nvtx(ranges, tid, at)
-        for i in np.flatnonzero(inst != ""):
+        seen = np.flatnonzero(inst != "")
+        scopes, modules_seen = np.empty(len(seen), dtype=object), np.empty(len(seen), dtype=object)
+        for j, i in enumerate(seen):
             # The instruction is XLA's own word; its scope comes from the module's HLO like the
             # default mode's (fused bodies read the same way), else from the thunk's op_name.
             held = by_module.get(module[i], pick[i] if pick[i] >= 0 else None)
             row = sites[held].row_of(inst[i]) if held is not None else None
             if row is not None:
-                scope = sites[held].table["scope"].iat[row]
+                scopes[j] = sites[held].table["scope"].iat[row]
             else:
                 found = scope_path(path[i] + "/_", names) if path[i] else ()
-                scope = "/".join(found) if found else NO_SCOPE
-            name = modules[held].name if held is not None else module[i]
-            frame.iloc[i, frame.columns.get_indexer(["module", "instruction", "scope", "match"])] = [
-                name, inst[i], scope, "nvtx"]
+                scopes[j] = "/".join(found) if found else NO_SCOPE
+            modules_seen[j] = modules[held].name if held is not None else module[i]
+        for column, values in (("module", modules_seen), ("instruction", inst[seen]), ("scope", scopes),
+                               ("match", np.full(len(seen), "nvtx", dtype=object))):
+            frame.iloc[seen, frame.columns.get_loc(column)] = values
 
     starts, ends = _compile_intervals(process.directory)
     if len(starts):
