@@ -9,13 +9,15 @@ one process per mode, in the order none (no rlscope), prof (``rlscope prof``), s
 (``--jax-scopes``), precise (``--jax-scopes=precise``); each process reports its own seconds per
 training iteration after two that compile. The record holds, per mode, every round's time and
 their median, and per round the scopes-over-prof ratio (so both sides share the round's machine
-state), summarised as median [min, max] over rounds.
+state), summarised as median [min, max] over rounds. ``--modes`` times fewer modes (scopes and
+precise always run).
 
 Attribution: each traced round is analysed; per (scope, mode) the GPU kernel time of the timed
 iterations and its share of the step (autotuning kernels left out), the fraction of kernels
 attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
 unmatched or ambiguous), and per kernel name whether the default mode's scope equals the
-precise mode's (a check on the join that no timing enters).
+precise mode's, and kernel by kernel over the step's timed kernels (the step launches the same
+kernels in the same order in both modes): checks on the join that no timing enters.
 """
 
 from __future__ import annotations
@@ -42,6 +44,7 @@ from rlscope.trace.schema import Kind  # noqa: E402
 
 MODES = {"none": [], "prof": ["--no-analyze"], "scopes": ["--no-analyze", "--jax-scopes"],
          "precise": ["--no-analyze", "--jax-scopes=precise"]}
+ATTRIBUTION_MODES = ("scopes", "precise")
 WORKLOAD = ["-m", "experiments.casestudies.jitted_ppo"]
 MIN_SHARE = 0.05  # the goal compares scopes of at least this share of the step
 
@@ -84,6 +87,12 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
         d, p = shares["default"].get(scope, 0.0), shares["precise"].get(scope, 0.0)
         compared[scope] = {"default": d, "precise": p, "relative_difference": (d - p) / p if p else None,
                            "goal_applies": max(d, p) >= MIN_SHARE}
+    # Kernel by kernel: the step launches the same kernels in the same order in both modes, so the
+    # n-th kernel of the timed iterations is the same launch of the same instruction in each.
+    step_d, step_p = default[default["module"] == "jit_train_step"], precise[precise["module"] == "jit_train_step"]
+    n = min(len(step_d), len(step_p))
+    same_kernel = step_d["kernel"].to_numpy()[:n] == step_p["kernel"].to_numpy()[:n]
+    same_scope = same_kernel & (step_d["scope"].to_numpy()[:n] == step_p["scope"].to_numpy()[:n])
     first_default = default.drop_duplicates("kernel").set_index("kernel")["scope"]
     first_precise = precise.drop_duplicates("kernel").set_index("kernel")["scope"]
     both = first_default.index.intersection(first_precise.index)
@@ -93,6 +102,8 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
             "attributed_precise": float((~precise["scope"].isin([UNMATCHED, AMBIGUOUS])).mean()),
             "matches_default": default["match"].value_counts().to_dict(),
             "matches_precise": precise["match"].value_counts().to_dict(),
+            "step_kernels": [len(step_d), len(step_p)], "step_kernels_same_name": int(same_kernel.sum()),
+            "step_kernels_same_scope": int(same_scope.sum()),
             "kernel_names_compared": len(both), "kernel_names_same_scope": same,
             "kernel_names_differing": {k: [first_default[k], first_precise[k]] for k in both
                                        if first_default[k] != first_precise[k]}}
@@ -104,19 +115,23 @@ def main() -> None:
     parser.add_argument("--envs", type=int, default=256)
     parser.add_argument("--steps", type=int, default=128)
     parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES),
+                        help="modes to time each round (scopes and precise are always run: the attribution needs them)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="keep the traces here")
     args = parser.parse_args()
     work = args.work or Path(tempfile.mkdtemp(prefix="jax_scopes_"))
-    times: dict[str, list[float]] = {mode: [] for mode in MODES}
+    modes = [m for m in MODES if m in args.modes or m in ATTRIBUTION_MODES]
+    times: dict[str, list[float]] = {mode: [] for mode in modes}
     rounds = []
     for r in range(args.rounds):
-        for mode in MODES:
+        for mode in modes:
             times[mode].append(run(mode, args, work / f"{mode}{r}"))
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
-        rounds.append({mode: times[mode][-1] for mode in MODES})
-    ratios = [row["scopes"] / row["prof"] for row in rounds]
-    precise_ratios = [row["precise"] / row["prof"] for row in rounds]
+        rounds.append({mode: times[mode][-1] for mode in modes})
+    base = "prof" if "prof" in modes else "scopes"
+    ratios = [row["scopes"] / row[base] for row in rounds]
+    precise_ratios = [row["precise"] / row[base] for row in rounds]
     gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
                          capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
         else "none"

@@ -18,7 +18,7 @@ def _caption(data: dict) -> str:
     w = data["workload"]
     return (f"{data['gpu']}, JAX {data['versions']['jax']}, commit {data['host']['commit']}, {data['host']['date']}; "
             f"jitted PPO, {w['envs']} environments x {w['steps']} steps per iteration, {w['iterations']} iterations "
-            f"(`{data['command']}`)\n\n")
+            f"(`{data['command']}`)" + (f". {data['note']}" if data.get("note") else "") + "\n\n")
 
 
 def jax_scopes_shares() -> str:
