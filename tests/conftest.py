@@ -61,3 +61,29 @@ def _no_profiler_left_behind():
 def cli_env() -> dict[str, str]:
     path = os.pathsep.join(p for p in (str(REPO), os.environ.get("PYTHONPATH", "")) if p)
     return {**os.environ, "PYTHONPATH": path}
+
+
+@pytest.fixture(scope="session")
+def ppo_step() -> str:
+    """A PureJaxRL-like step compiled on the CPU (its optimised HLO text): a scanned rollout
+    (inference, env), GAE, and a gradient update (tests/test_hlo_scopes.py, test_jax_scopes.py)."""
+    jax = pytest.importorskip("jax")
+    jnp = jax.numpy
+
+    def step(params, obs):
+        def body(o, _):
+            with jax.named_scope("rollout"):
+                with jax.named_scope("inference"):
+                    a = jnp.tanh(o @ params)
+                with jax.named_scope("env"):
+                    o = o + 0.1 * jnp.sin(a)
+            return o, a.sum()
+
+        o, rewards = jax.lax.scan(body, obs, None, length=4)
+        with jax.named_scope("gae"):
+            adv = jnp.cumsum(rewards[::-1])[::-1]
+        with jax.named_scope("update"):
+            grad = jax.grad(lambda p: jnp.sum(jnp.tanh(o @ p) ** 2) * adv.sum())(params)
+        return params - 0.01 * grad
+
+    return jax.jit(step).lower(jnp.ones((8, 8)), jnp.ones((16, 8))).compile().as_text()

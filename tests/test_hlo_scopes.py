@@ -35,31 +35,6 @@ def _compiled(fn, *args) -> str:
 
 
 @pytest.fixture(scope="module")
-def ppo_step() -> str:
-    """A PureJaxRL-like step: a scanned rollout (inference, env), GAE, and a gradient update."""
-    jax = pytest.importorskip("jax")
-    jnp = jax.numpy
-
-    def step(params, obs):
-        def body(o, _):
-            with jax.named_scope("rollout"):
-                with jax.named_scope("inference"):
-                    a = jnp.tanh(o @ params)
-                with jax.named_scope("env"):
-                    o = o + 0.1 * jnp.sin(a)
-            return o, a.sum()
-
-        o, rewards = jax.lax.scan(body, obs, None, length=4)
-        with jax.named_scope("gae"):
-            adv = jnp.cumsum(rewards[::-1])[::-1]
-        with jax.named_scope("update"):
-            grad = jax.grad(lambda p: jnp.sum(jnp.tanh(o @ p) ** 2) * adv.sum())(params)
-        return params - 0.01 * grad
-
-    return _compiled(step, jnp.ones((8, 8)), jnp.ones((16, 8)))
-
-
-@pytest.fixture(scope="module")
 def two_scopes_fused() -> str:
     """Identical work in scopes a and b (one kernel may serve both), and a's work fused into c's reduce."""
     jax = pytest.importorskip("jax")

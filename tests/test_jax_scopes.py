@@ -30,29 +30,7 @@ from rlscope.trace.schema import SCHEMA_VERSION, XLA_COMPILES_FILE, XLA_DIR, Kin
 from tests.conftest import REPO
 
 MAIN = 1
-SCOPES = {"rollout", "inference", "env", "update"}
-
-
-@pytest.fixture(scope="module")
-def step_hlo() -> str:
-    jax = pytest.importorskip("jax")
-    jnp = jax.numpy
-
-    def step(w, x):
-        def body(c, _):
-            with jax.named_scope("rollout"):
-                with jax.named_scope("inference"):
-                    a = jnp.tanh(c @ w)
-                with jax.named_scope("env"):
-                    c = c + 0.1 * jnp.sin(a)
-            return c, a.sum()
-
-        c, ys = jax.lax.scan(body, x, None, 4)
-        with jax.named_scope("update"):
-            g = jax.grad(lambda w: jnp.sum(jnp.tanh(c @ w)))(w)
-        return w - 0.01 * g, ys
-
-    return jax.jit(step).lower(jnp.ones((8, 8)), jnp.ones((2, 8))).compile().as_text()
+SCOPES = {"rollout", "inference", "env", "gae", "update"}
 
 
 def _kernel_of(hlo: str, scope: str) -> str:
@@ -135,9 +113,9 @@ def test_prof_keeps_the_optimised_modules_and_the_compiles(tmp_path: Path) -> No
     assert [m.name for m in read_modules(process_dir)][-1] == "jit__lambda"
 
 
-def test_kernels_are_charged_to_operation_slash_scope(tmp_path: Path, step_hlo: str) -> None:
-    kernels = [_kernel_of(step_hlo, s) for s in ("rollout/inference", "rollout/env", "update")] + ["not_xla_kernel"]
-    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}), kernels))
+def test_kernels_are_charged_to_operation_slash_scope(tmp_path: Path, ppo_step: str) -> None:
+    kernels = [_kernel_of(ppo_step, s) for s in ("rollout/inference", "rollout/env", "update")] + ["not_xla_kernel"]
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": ppo_step}), kernels))
     assert _operations(process) == ["train_step/rollout/inference", "train_step/rollout/env", "train_step/update",
                                     "train_step"]
     table = scope_table(process)
@@ -147,8 +125,8 @@ def test_kernels_are_charged_to_operation_slash_scope(tmp_path: Path, step_hlo: 
     assert {"train_step/rollout/inference", "train_step/update"} <= set(breakdown["operation"])
 
 
-def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path: Path, step_hlo: str) -> None:
-    table = instruction_scopes(parse_hlo(step_hlo), SCOPES)
+def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path: Path, ppo_step: str) -> None:
+    table = instruction_scopes(parse_hlo(ppo_step), SCOPES)
     env = table[table["scope"] == "rollout/env"].iloc[0]
     # An eager module whose only kernel is named like the step's env kernel, with no scope.
     other = (f"HloModule jit_other\n\n%fused (p: f32[4]) -> f32[4] {{\n  %p = f32[4]{{0}} parameter(0)\n"
@@ -156,29 +134,29 @@ def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path
              f"ENTRY %main (x: f32[4]) -> f32[4] {{\n  %x = f32[4]{{0}} parameter(0)\n"
              f"  ROOT %{env['instruction']} = f32[4]{{0}} fusion(%x), kind=kLoop, calls=%fused, "
              f"metadata={{op_name=\"jit(other)/sin\"}}\n}}\n")
-    directory = _dump(tmp_path, {"jit_step": step_hlo, "jit_other": other})
-    first = [_kernel_of(step_hlo, s) for s in ("rollout/inference", "update")]
+    directory = _dump(tmp_path, {"jit_step": ppo_step, "jit_other": other})
+    first = [_kernel_of(ppo_step, s) for s in ("rollout/inference", "update")]
     process = join_scopes(_trace(directory, [*first, env["kernel_name"], env["kernel_name"]]))
     assert _operations(process) == ["train_step/rollout/inference", "train_step/update", "train_step/rollout/env",
                                     "train_step/rollout/env"]
     assert set(process.scopes["module"]) == {"jit_step"}
-    alone = join_scopes(_trace(_dump(tmp_path / "alone", {"jit_step": step_hlo, "jit_other": other}),
+    alone = join_scopes(_trace(_dump(tmp_path / "alone", {"jit_step": ppo_step, "jit_other": other}),
                                [env["kernel_name"]]))
     assert list(alone.scopes["match"]) == ["ambiguous"]  # no neighbour tells the modules apart
 
 
-def test_kernels_launched_while_xla_compiles_are_autotuning(tmp_path: Path, step_hlo: str) -> None:
-    kernels = [_kernel_of(step_hlo, "update")] * 3
-    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}, compiles=[(0, 150)]), kernels))
+def test_kernels_launched_while_xla_compiles_are_autotuning(tmp_path: Path, ppo_step: str) -> None:
+    kernels = [_kernel_of(ppo_step, "update")] * 3
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": ppo_step}, compiles=[(0, 150)]), kernels))
     assert list(process.scopes["scope"]) == [AUTOTUNING, AUTOTUNING, "update"]
 
 
-def test_the_precise_mode_reads_the_scope_from_xla_s_nvtx_ranges(tmp_path: Path, step_hlo: str) -> None:
-    kernels = ["sm90_xmma_gemm_f32f32", _kernel_of(step_hlo, "update")]
+def test_the_precise_mode_reads_the_scope_from_xla_s_nvtx_ranges(tmp_path: Path, ppo_step: str) -> None:
+    kernels = ["sm90_xmma_gemm_f32f32", _kernel_of(ppo_step, "update")]
     nvtx = [("XlaModule:#prefix=jit(step),hlo_module=jit_step,program_id=3#", 0, 900),
             ("Thunk:#name=rollout/inference/dot_general,hlo_op=custom-call.1,unique_hlo_op_id=9#", 5, 50),
             ("Thunk:#name=update/mul,hlo_op=fusion.2,unique_hlo_op_id=10#", 105, 150)]
-    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": step_hlo}), kernels, nvtx))
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": ppo_step}), kernels, nvtx))
     assert list(process.scopes["match"]) == ["nvtx", "nvtx"]
     assert list(process.scopes["scope"]) == ["rollout/inference", "update"]
     assert list(process.scopes["instruction"]) == ["custom-call.1", "fusion.2"]
