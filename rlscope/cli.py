@@ -328,12 +328,14 @@ def analyze(trace_dir: Path, corrected: bool, calibration_file: Path | None, dro
 
 def _analyze(trace_dir: Path, calibration_file: Path | None = None, drop_corrupt: bool = False) -> None:
     from rlscope.analyze import ANALYSIS_DIR, write_tables
-    from rlscope.analyze.summary import format_correction, format_summary
+    from rlscope.analyze.summary import format_correction, format_jax_scopes, format_summary
     from rlscope.calibrate import analyze_corrected
 
     tables = analyze_corrected(trace_dir, calibration_file, drop_corrupt)
     write_tables(tables, trace_dir / ANALYSIS_DIR)
     click.echo(format_summary(tables["breakdown"], tables["transitions"], tables["gpu"]))
+    if scopes := format_jax_scopes(tables["jax_scopes"]):
+        click.echo(scopes)
     if calibration_file is not None:
         click.echo(format_correction(tables["breakdown"]))
     click.echo(f"tables: {trace_dir / ANALYSIS_DIR}/{{{','.join(tables)}}}.{{csv,parquet}}")

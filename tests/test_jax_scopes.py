@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -64,16 +65,14 @@ def _dump(directory: Path, modules: dict[str, str], compiles: list[tuple[int, in
     xla.mkdir(parents=True)
     for i, (name, text) in enumerate(modules.items()):
         (xla / f"module_{i:04d}.{name}.sm_9.0_gpu_after_optimizations.txt").write_text(text)
-    (xla / XLA_COMPILES_FILE).write_text(json.dumps({"compiles": [
-        {"start_ns": s, "end_ns": e, "tid": MAIN, "function": "jit(step)"} for s, e in compiles]}))
+    (xla / XLA_COMPILES_FILE).write_text("".join(
+        json.dumps({"start_ns": s, "end_ns": e, "tid": MAIN, "function": "jit(step)"}) + "\n" for s, e in compiles))
     return directory
 
 
-def _operations(process: ProcessTrace) -> list[str]:
-    ev = process.events
-    kernels = ev[ev["kind"] == int(Kind.GPU_KERNEL)].sort_values("start_ns")
-    categories = ev["name"].cat.categories
-    return [categories[o] for o in kernels["operation"]]
+def _scopes(process: ProcessTrace) -> list[str]:
+    """The scope of each kernel, in launch order."""
+    return list(process.scopes.sort_index()["scope"])
 
 
 def test_parse_jax_scopes_accepts_the_two_modes_and_off() -> None:
@@ -113,16 +112,20 @@ def test_prof_keeps_the_optimised_modules_and_the_compiles(tmp_path: Path) -> No
     assert [m.name for m in read_modules(process_dir)][-1] == "jit__lambda"
 
 
-def test_kernels_are_charged_to_operation_slash_scope(tmp_path: Path, ppo_step: str) -> None:
+def test_the_calling_operation_s_kernel_time_splits_by_scope_and_nothing_else_changes(
+        tmp_path: Path, ppo_step: str) -> None:
     kernels = [_kernel_of(ppo_step, s) for s in ("rollout/inference", "rollout/env", "update")] + ["not_xla_kernel"]
-    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": ppo_step}), kernels))
-    assert _operations(process) == ["train_step/rollout/inference", "train_step/rollout/env", "train_step/update",
-                                    "train_step"]
+    plain = _trace(tmp_path / "plain", kernels)
+    process = join_scopes(_trace(_dump(tmp_path / "scoped", {"jit_step": ppo_step}), kernels))
+    assert _scopes(process) == ["rollout/inference", "rollout/env", "update", UNMATCHED]
     table = scope_table(process)
+    assert set(table["operation"]) == {"train_step"}
     assert set(table["scope"]) == {"rollout/inference", "rollout/env", "update", UNMATCHED}
-    assert table["share"].sum() == pytest.approx(1.0)
-    breakdown = analyze_processes([process])["breakdown"]
-    assert {"train_step/rollout/inference", "train_step/update"} <= set(breakdown["operation"])
+    assert table["share"].sum() == pytest.approx(1.0) and table["kernels"].sum() == 4
+    scoped, unscoped = analyze_processes([process]), analyze_processes([plain])
+    for name in ("breakdown", "transitions", "gpu"):
+        pd.testing.assert_frame_equal(scoped[name], unscoped[name])
+    assert scoped["jax_scopes"]["scope"].tolist() == table["scope"].tolist()
 
 
 def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path: Path, ppo_step: str) -> None:
@@ -137,12 +140,35 @@ def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path
     directory = _dump(tmp_path, {"jit_step": ppo_step, "jit_other": other})
     first = [_kernel_of(ppo_step, s) for s in ("rollout/inference", "update")]
     process = join_scopes(_trace(directory, [*first, env["kernel_name"], env["kernel_name"]]))
-    assert _operations(process) == ["train_step/rollout/inference", "train_step/update", "train_step/rollout/env",
-                                    "train_step/rollout/env"]
+    assert _scopes(process) == ["rollout/inference", "update", "rollout/env", "rollout/env"]
     assert set(process.scopes["module"]) == {"jit_step"}
     alone = join_scopes(_trace(_dump(tmp_path / "alone", {"jit_step": ppo_step, "jit_other": other}),
                                [env["kernel_name"]]))
     assert list(alone.scopes["match"]) == ["ambiguous"]  # no neighbour tells the modules apart
+
+
+def test_the_environment_is_put_back_once_xla_has_read_it(tmp_path: Path) -> None:
+    """XLA reads its flags at the first compile: from then on the process's environment is the
+    user's again, so processes it starts do not dump into this trace."""
+    pytest.importorskip("jax")
+    script = tmp_path / "inside.py"
+    script.write_text("import json, os, sys, jax, jax.numpy as jnp, rlscope\n"
+                      "before = os.environ.get('XLA_FLAGS', '')\n"
+                      "with rlscope.profile(sys.argv[1], jax_scopes=True, gpu=False):\n"
+                      "    set_ = os.environ.get('XLA_FLAGS', '')\n"
+                      "    jax.jit(lambda x: x + 1)(jnp.ones(2)).block_until_ready()\n"
+                      "    inside = os.environ.get('XLA_FLAGS', '')\n"
+                      "print(json.dumps({'before': before, 'set': set_, 'inside': inside, "
+                      "'after': os.environ.get('XLA_FLAGS', '')}))\n")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("RLSCOPE_")}
+    done = subprocess.run([sys.executable, str(script), str(tmp_path / "trace")], cwd=REPO, capture_output=True,
+                          text=True, env=env | {"XLA_FLAGS": "--xla_force_host_platform_device_count=1"})
+    assert done.returncode == 0, done.stderr
+    flags = json.loads(done.stdout.splitlines()[-1])
+    assert "--xla_dump_to=" in flags["set"] and "--xla_force_host_platform_device_count=1" in flags["set"]
+    assert flags["inside"] == flags["after"] == flags["before"] == "--xla_force_host_platform_device_count=1"
+    (process_dir,) = (tmp_path / "trace").iterdir()
+    assert len(read_modules(process_dir)) >= 1
 
 
 def test_kernels_launched_while_xla_compiles_are_autotuning(tmp_path: Path, ppo_step: str) -> None:
@@ -198,10 +224,10 @@ def test_a_library_kernel_takes_the_one_instruction_between_its_neighbours_witho
 
 
 def test_innermost_range_at_each_time() -> None:
-    ranges = pd.DataFrame({"tid": [1, 1, 1, 2], "start_ns": [0, 10, 30, 0], "end_ns": [100, 20, 40, 100]})
-    tids = np.array([1, 1, 1, 1, 2, 3])
-    times = np.array([5, 15, 25, 35, 50, 50])
-    assert list(_innermost(ranges, tids, times)) == [0, 1, 0, 2, 3, -1]
+    ranges = pd.DataFrame({"tid": [1, 1, 1, 2, 2], "start_ns": [0, 10, 30, 0, 60], "end_ns": [100, 20, 40, 100, 60]})
+    tids = np.array([1, 1, 1, 1, 2, 3, 2])
+    times = np.array([5, 15, 25, 35, 50, 50, 70])
+    assert list(_innermost(ranges, tids, times)) == [0, 1, 0, 2, 3, -1, 3]  # the empty range (60, 60) holds nothing
 
 
 @pytest.mark.gpu
@@ -219,8 +245,7 @@ def test_on_a_gpu_the_name_join_agrees_with_xla_s_own_ranges(tmp_path: Path) -> 
         done = subprocess.run(command, cwd=REPO, capture_output=True, text=True)
         assert done.returncode == 0, done.stderr
         (process,) = read_attributed(out)
-        assert {"train_step/rollout/inference", "train_step/rollout/env", "train_step/update"} <= \
-            set(_operations(process))
+        assert {"rollout/inference", "rollout/env", "update"} <= set(scope_table(process)["scope"])
         scopes = process.scopes[process.scopes["scope"] != AUTOTUNING]
         in_step = scopes[scopes["module"] == "jit_train_step"]
         names = process.events.loc[in_step.index, "name"].astype(str)

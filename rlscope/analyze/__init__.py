@@ -21,6 +21,7 @@ __all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_table
 
 ANALYSIS_DIR = "analysis"
 TABLES = ("breakdown", "transitions", "gpu", "utilisation", "sampled", "jax_scopes")
+_ADDED_LATER = {"jax_scopes": SCOPE_TABLE_COLUMNS}  # tables older analyses lack, read as empty
 
 
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
@@ -78,6 +79,9 @@ def read_tables(out_dir: Path, trace_dir: Path) -> dict[str, pd.DataFrame]:
         try:
             tables[name] = pd.read_parquet(path)
         except FileNotFoundError as err:
+            if name in _ADDED_LATER:  # an analysis written before the table existed: it had none
+                tables[name] = pd.DataFrame(columns=list(_ADDED_LATER[name]))
+                continue
             raise ResultsError(f"{path}: missing; run `rlscope analyze {trace_dir}` first") from err
         except (OSError, ValueError) as err:
             raise ResultsError(f"{path}: unreadable ({err}); rebuild it with `rlscope analyze {trace_dir}`") from err

@@ -15,6 +15,7 @@ import re
 from collections import defaultdict
 from collections.abc import Iterable
 
+import numpy as np
 import pandas as pd
 
 from rlscope.analyze.hlo import HloModule, fingerprint, kernel_name
@@ -119,8 +120,16 @@ class ModuleSites:
     def unnamed_rows(self) -> list[int]:
         """Rows no recorded kernel is named after (by the instruction or its fused root): where
         kernels named after a library (cuBLAS, CUB) come from."""
-        return [row for row, (kernel, root) in enumerate(zip(self.table["kernel_name"], self.table["root"]))
-                if kernel not in self.recorded and kernel_name(root) not in self.recorded]
+        if not hasattr(self, "_unnamed"):
+            self._unnamed = [row for row, (kernel, root) in enumerate(zip(self.table["kernel_name"], self.table["root"]))
+                             if kernel not in self.recorded and kernel_name(root) not in self.recorded]
+        return self._unnamed
+
+    def computations(self) -> np.ndarray:
+        """Each row's computation (a while body, ENTRY, ...)."""
+        if not hasattr(self, "_computations"):
+            self._computations = self.table["computation"].to_numpy()
+        return self._computations
 
     def row_of(self, instruction: str) -> int | None:
         """The row of ``table`` of an instruction that launches kernels, by its name."""

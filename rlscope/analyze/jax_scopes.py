@@ -18,7 +18,7 @@ Two joins, each reported as what it is (the ``match`` column):
   module's HLO, read as the default mode reads it, or N where the instruction is not found (XLA
   leaves N out where the fused body's op_names share no prefix).
 
-Kernels launched while XLA compiled a module (``compiles.json``) are autotuning candidates, not
+Kernels launched while XLA compiled a module (``compiles.jsonl``) are autotuning candidates, not
 the step's work: ``autotuning``. In the breakdown, each kernel with a scope is charged to the
 operation ``<python operation>/<scope>``, so the jitted call's GPU time splits into its scopes
 under the operation that made the call.
@@ -50,9 +50,8 @@ SCOPE_TABLE_COLUMNS = ("process", "operation", "scope", "match", "kernels", "dur
 # module_0008.jit_step.sm_9.0_gpu_after_optimizations.txt: number, module name, platform.
 _MODULE_FILE = re.compile(r"module_(\d+)\.([^.]+)\..*after_optimizations\.txt")
 _THUNK = re.compile(r"Thunk:#(?:name=(?P<name>[^,#]*),)?hlo_op=(?P<op>[^,#]+)")
-_MODULE_RANGE = re.compile(r"XlaModule:#(?:prefix=(?P<prefix>[^,#]*),)?hlo_module=(?P<module>[^,#]+)")
-# Scopes that say where a kernel's time went; the others stay with the Python operation itself.
-_UNSCOPED = (NO_SCOPE, UNMATCHED)
+_MODULE_RANGE = re.compile(
+    r"XlaModule:#(?:prefix=(?P<prefix>[^,#]*),)?hlo_module=(?P<module>[^,#]+)(?:,program_id=(?P<program>\d+))?")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,7 +66,7 @@ class DumpedModule:
 def read_modules(directory: Path) -> list[DumpedModule]:
     """The optimised modules XLA dumped under ``directory`` (a process's trace folder), in dump order."""
     modules = []
-    for path in sorted((directory / XLA_DIR).glob(XLA_MODULE_GLOB)):
+    for path in (directory / XLA_DIR).glob(XLA_MODULE_GLOB):
         found = _MODULE_FILE.fullmatch(path.name)
         if found is None:
             continue
@@ -77,19 +76,31 @@ def read_modules(directory: Path) -> list[DumpedModule]:
             raise TraceError(f"{path}: unreadable XLA module dump ({err}); delete the file to analyse the trace "
                              "without that module's scopes") from err
         modules.append(DumpedModule(int(found.group(1)), found.group(2), module))
-    return modules
+    return sorted(modules, key=lambda m: m.number)
 
 
 def _compile_intervals(directory: Path) -> tuple[np.ndarray, np.ndarray]:
+    """(starts, ends) of the backend compiles ``compiles.jsonl`` lists; a torn last line (a process
+    killed while writing it) is left out."""
     path = directory / XLA_DIR / XLA_COMPILES_FILE
     try:
-        compiles = json.loads(path.read_text())["compiles"]
+        lines = path.read_text().splitlines()
     except FileNotFoundError:
         return np.zeros(0, np.int64), np.zeros(0, np.int64)
-    except (OSError, ValueError, KeyError, TypeError) as err:
+    except OSError as err:
         raise TraceError(f"{path}: unreadable ({err}); delete it to analyse the trace without telling autotuning "
                          "kernels apart") from err
-    return (np.array([c["start_ns"] for c in compiles], np.int64), np.array([c["end_ns"] for c in compiles], np.int64))
+    compiles = []
+    for number, line in enumerate(lines, start=1):
+        try:
+            compile_ = json.loads(line)
+            compiles.append((int(compile_["start_ns"]), int(compile_["end_ns"])))
+        except (ValueError, KeyError, TypeError) as err:
+            if number < len(lines):
+                raise TraceError(f"{path}:{number}: not a compile record ({err}); delete the file to analyse the "
+                                 "trace without telling autotuning kernels apart") from err
+    starts, ends = zip(*compiles) if compiles else ((), ())
+    return np.array(starts, np.int64), np.array(ends, np.int64)
 
 
 def _innermost(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.ndarray:
@@ -97,6 +108,7 @@ def _innermost(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.
     thread at that time, or -1. One sweep per thread over starts, ends and queries in time order."""
     found = np.full(len(times), -1, dtype=np.int64)
     r_tid, r_start, r_end = (ranges[c].to_numpy() for c in ("tid", "start_ns", "end_ns"))
+    r_tid = np.where(r_end > r_start, r_tid, np.iinfo(np.int64).min)  # an empty range contains nothing
     for tid in np.unique(tids):
         own = np.flatnonzero(r_tid == tid)
         asked = np.flatnonzero(tids == tid)
@@ -120,7 +132,8 @@ def _innermost(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> np.
 
 def _by_nvtx(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """(module, instruction, op_name path) of each launch from XLA's NVTX ranges ("" where no thunk
-    range was open). The path is the thunk's longest common op_name prefix, "" where XLA gave none."""
+    range was open). The module is its unique id (``program_id``) where the range gives it, else its
+    name; the path is the thunk's longest common op_name prefix, "" where XLA gave none."""
     labels = ranges["name"].astype(str).to_numpy()
     thunk = np.array([_THUNK.match(n) is not None for n in labels], dtype=bool)
     module = ~thunk & np.array([_MODULE_RANGE.match(n) is not None for n in labels], dtype=bool)
@@ -133,7 +146,8 @@ def _by_nvtx(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> tuple
         t = _THUNK.match(thunk_labels[at_thunk[i]])
         m = _MODULE_RANGE.match(module_labels[at_module[i]]) if at_module[i] >= 0 else None
         prefix = (m.group("prefix") or "") if m else ""
-        out_module[i] = m.group("module") if m else ""
+        # The module's unique id, which XLA's dump puts in the file name (module_<id>.<name>...).
+        out_module[i] = (m.group("program") or m.group("module")) if m else ""
         out_inst[i] = t.group("op")
         out_path[i] = "/".join(p for p in (prefix, t.group("name") or "") if p)
     return out_module, out_inst, out_path
@@ -174,7 +188,7 @@ def _between(site: ModuleSites, candidates: list[int], low: int, high: int) -> l
     """The candidates placed between rows ``low`` and ``high`` in the module's schedule; where
     ``high`` comes earlier, a loop's body started again between them: then those in that body,
     after ``low`` or ahead of ``high``."""
-    at, computation = site.schedule(), site.table["computation"].to_numpy()
+    at, computation = site.schedule(), site.computations()
     if at[low] < at[high]:
         return [c for c in candidates if at[low] < at[c] < at[high]]
     if computation[low] == computation[high]:
@@ -199,6 +213,7 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     before = pd.Series(exact_row).groupby(group).ffill().to_numpy()
     after = pd.Series(exact_row).groupby(group).bfill().to_numpy()
     match = frame["match"].to_numpy()
+    settled: list[tuple[int, str, str, str]] = []
     for i in np.flatnonzero(((match == "ambiguous") & (pick >= 0)) | ((match == "library") & (module == module))):
         if before[i] != before[i] or after[i] != after[i]:
             continue
@@ -209,9 +224,12 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
             candidates = site.unnamed_rows()
         fits = _between(site, candidates, int(before[i]), int(after[i]))
         if len(fits) == 1:
-            row = site.table.iloc[fits[0]]
-            frame.iloc[i, frame.columns.get_indexer(["module", "instruction", "scope", "match"])] = [
-                site.module.name, row["instruction"], row["scope"], "order"]
+            settled.append((i, site.module.name, site.table["instruction"].iat[fits[0]], site.table["scope"].iat[fits[0]]))
+    if settled:
+        at = np.array([i for i, *_ in settled])
+        for k, column in enumerate(("module", "instruction", "scope"), start=1):
+            frame.iloc[at, frame.columns.get_loc(column)] = np.array([row[k] for row in settled], dtype=object)
+        frame.iloc[at, frame.columns.get_loc("match")] = "order"
 
 
 def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
@@ -240,7 +258,8 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
 
     ranges = ev[kind == int(Kind.NVTX_RANGE)]
     if len(ranges):
-        by_module = {m.name: i for i, m in enumerate(modules)}
+        by_module = {m.name: i for i, m in enumerate(modules)}  # a name compiled twice: the last
+        by_module.update({str(m.number): i for i, m in enumerate(modules)})  # the ids tell them apart
         module, inst, path = _by_nvtx(ranges, tid, at)
         seen = np.flatnonzero(inst != "")
         scopes, modules_seen = np.empty(len(seen), dtype=object), np.empty(len(seen), dtype=object)
@@ -272,24 +291,16 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
 
 
 def join_scopes(process: ProcessTrace) -> ProcessTrace:
-    """The process with each scoped kernel charged to ``<operation>/<scope>`` and its kernel
-    scopes kept (``ProcessTrace.scopes``); NVTX ranges, read by the join, leave the events."""
+    """The process with its kernel scopes kept (``ProcessTrace.scopes``); NVTX ranges, read by the
+    join, leave the events. The events' kernels keep the operation that launched them, so every
+    other table reads the same with and without ``--jax-scopes``: the split of that operation's
+    GPU time by scope is ``scope_table``'s."""
     scopes = kernel_scopes(process)
     ev = process.events
     ev = ev[ev["kind"].to_numpy() != int(Kind.NVTX_RANGE)]
-    if scopes is None:
-        return dataclasses.replace(process, events=ev.reset_index(drop=True))
-    names = ev["name"].cat.categories
-    scoped = scopes[~scopes["scope"].isin(_UNSCOPED)]
-    labels = [f"{names[op]}/{scope}" if op >= 0 else scope for op, scope in zip(scoped["operation"], scoped["scope"])]
-    new = sorted(set(labels) - set(names))
-    ev = ev.assign(name=ev["name"].cat.add_categories(new)) if new else ev.copy()
-    codes = pd.Index(ev["name"].cat.categories).get_indexer(labels)
-    ev.loc[scoped.index, "operation"] = codes.astype(ev["operation"].dtype)
-    kept = ev.index
-    scopes = scopes.loc[scopes.index.isin(kept)]
-    position = pd.Series(np.arange(len(ev)), index=kept)
-    scopes.index = position.reindex(scopes.index).to_numpy()
+    if scopes is not None:
+        position = pd.Series(np.arange(len(ev)), index=ev.index)
+        scopes.index = position.reindex(scopes.index).to_numpy()
     return dataclasses.replace(process, events=ev.reset_index(drop=True), scopes=scopes)
 
 

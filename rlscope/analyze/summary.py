@@ -6,7 +6,7 @@ import pandas as pd
 
 from rlscope.analyze.caveats import CAVEAT, marked_groups, markers
 
-__all__ = ["format_summary", "format_correction"]
+__all__ = ["format_summary", "format_correction", "format_jax_scopes"]
 
 
 def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.DataFrame | None = None) -> str:
@@ -37,6 +37,22 @@ def format_summary(breakdown: pd.DataFrame, transitions: pd.DataFrame, gpu: pd.D
         table = table.rename(columns={"time_ns": "ms"}, level=0)
         lines += ["GPU work per operation (count, ms):", table.round(3).to_string()]
     return "\n".join(lines + [f"{mark} {text}" for text, mark in marks.items()])
+
+
+def format_jax_scopes(jax_scopes: pd.DataFrame) -> str:
+    """Per process and operation that called jitted JAX code (``--jax-scopes``): its kernel time per
+    ``jax.named_scope`` (ms, % of the operation's kernel time, kernels, how they were matched); ""
+    for an analysis without such kernels."""
+    if jax_scopes.empty:
+        return ""
+    rows = jax_scopes.groupby(["process", "operation", "scope"], sort=False).agg(
+        ms=("duration_ns", "sum"), share=("share", "sum"), kernels=("kernels", "sum"),
+        match=("match", lambda m: ",".join(sorted(set(m)))))
+    rows["ms"] = (rows["ms"] / 1e6).round(3)
+    rows["share"] = (rows["share"] * 100).round(1)
+    rows = rows.rename(columns={"share": "%"})
+    return "\n".join(["GPU kernel time inside jax.jit per jax.named_scope (ms, % of the operation's):",
+                      rows.to_string()])
 
 
 def _mark(table: pd.DataFrame, rows: pd.DataFrame, marks: dict[str, str]) -> None:

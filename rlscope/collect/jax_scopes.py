@@ -22,6 +22,7 @@ changes how XLA runs the step: it is opt-in.
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -31,7 +32,6 @@ from pathlib import Path
 from typing import Any
 
 from rlscope.errors import RlscopeError
-from rlscope.files import write_json_atomic
 from rlscope.trace.schema import XLA_COMPILES_FILE, XLA_DIR, XLA_MODULE_GLOB
 
 __all__ = ["JAX_SCOPES_MODES", "JaxScopes", "parse_jax_scopes"]
@@ -40,7 +40,12 @@ JAX_SCOPES_MODES = ("default", "precise")
 # jax.monitoring's event for XLA compiling one module (jax/_src/dispatch.py, BACKEND_COMPILE_EVENT).
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 # XLA flags this mode sets; any the environment already had are replaced, not repeated.
-_OWN_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text", "--xla_gpu_enable_command_buffer=")
+_DUMP_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text")
+_COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
+# What start() sets for this process only: put back once XLA has read it (its first compile), so
+# that processes started later (not profiled, or profiled into their own folders) do not dump
+# into this one's.
+_SET = ("XLA_FLAGS", "NVTX_INJECTION64_PATH", "JAX_ENABLE_COMPILATION_CACHE")
 
 
 def parse_jax_scopes(value: bool | str | None) -> str | None:
@@ -70,10 +75,11 @@ class JaxScopes:
         self.mode = mode
         self.dump = directory / XLA_DIR
         self.meta: dict[str, Any] = {"mode": mode, "dump": XLA_DIR}
-        self._compiles: list[dict[str, Any]] = []
+        self._compiles = 0
         self._lock = threading.Lock()
         self._listening = False
         self._active = False
+        self._saved: dict[str, str | None] | None = None
 
     def start(self, libcupti: str | None) -> None:
         """Set XLA's flags (and NVTX's injection in the precise mode) for this process and the
@@ -84,14 +90,16 @@ class JaxScopes:
                                "its dump flags only then; start profiling before the first JAX computation "
                                "(rlscope prof --jax-scopes starts it before the script runs)")
         self.dump.mkdir(parents=True, exist_ok=True)
-        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(_OWN_FLAGS)]
+        self._saved = {name: os.environ.get(name) for name in _SET}
+        precise = self.mode == "precise" and libcupti is not None
+        own = _DUMP_FLAGS + ((_COMMAND_BUFFER_FLAG,) if precise else ())
+        flags = [f for f in os.environ.get("XLA_FLAGS", "").split() if not f.startswith(own)]
         flags += [f"--xla_dump_to={self.dump}", "--xla_dump_hlo_as_text"]
-        if self.mode == "precise":
-            if libcupti is None:
-                self.meta["precise"] = "off: no GPU collection, so no NVTX ranges"
-            else:
-                flags.append("--xla_gpu_enable_command_buffer=")
-                os.environ["NVTX_INJECTION64_PATH"] = libcupti
+        if precise:
+            flags.append(_COMMAND_BUFFER_FLAG)
+            os.environ["NVTX_INJECTION64_PATH"] = libcupti
+        elif self.mode == "precise":
+            self.meta["precise"] = "off: no GPU collection, so no NVTX ranges"
         os.environ["XLA_FLAGS"] = " ".join(flags)
         os.environ["JAX_ENABLE_COMPILATION_CACHE"] = "false"
         self._active = True
@@ -108,19 +116,38 @@ class JaxScopes:
         self._listening = True
         self.meta["jax"] = getattr(jax, "__version__", None)
 
+    def _restore_environment(self) -> None:
+        if self._saved is None:
+            return
+        for name, value in self._saved.items():
+            if value is None:
+                os.environ.pop(name, None)
+            else:
+                os.environ[name] = value
+        self._saved = None
+
     def _on_event(self, event: str, duration_s: float, **kwargs: Any) -> None:
-        if event != _BACKEND_COMPILE or not self._active:
+        if event != _BACKEND_COMPILE:
             return
         end = time.perf_counter_ns()
-        with self._lock:
-            self._compiles.append({"start_ns": end - int(duration_s * 1e9), "end_ns": end,
-                                   "tid": threading.get_ident(), "function": str(kwargs.get("fun_name", ""))})
-            write_json_atomic(self.dump / XLA_COMPILES_FILE, {"compiles": self._compiles})
+        line = json.dumps({"start_ns": end - int(duration_s * 1e9), "end_ns": end, "tid": threading.get_ident(),
+                           "function": str(kwargs.get("fun_name", ""))})
+        with self._lock:  # stop() prunes the dump under the same lock
+            if not self._active:
+                return
+            self._restore_environment()  # XLA has read its flags by its first compile
+            with open(self.dump / XLA_COMPILES_FILE, "a") as compiles:  # one line a compile
+                compiles.write(line + "\n")
+            self._compiles += 1
 
     def stop(self) -> dict[str, Any]:
-        """Stop noting compiles and keep only the optimised HLO of each module (XLA also dumps
-        LLVM IR, PTX and buffer assignments, many times larger); returns the meta entry."""
-        self._active = False
+        """Stop noting compiles, put the environment back, and keep only the optimised HLO of each
+        module (XLA also dumps LLVM IR, PTX and buffer assignments, many times larger); returns the
+        meta entry. XLA keeps dumping the modules it compiles later in this process."""
+        with self._lock:
+            self._active = False
+            self._restore_environment()
+            self.meta["compiles"] = self._compiles
         if self.dump.is_dir():
             keep = set(self.dump.glob(XLA_MODULE_GLOB)) | {self.dump / XLA_COMPILES_FILE}
             for path in self.dump.iterdir():
@@ -129,6 +156,9 @@ class JaxScopes:
                 elif path not in keep:
                     path.unlink(missing_ok=True)
         self.meta["modules"] = len(list(self.dump.glob(XLA_MODULE_GLOB))) if self.dump.is_dir() else 0
-        with self._lock:
-            self.meta["compiles"] = len(self._compiles)
         return self.meta
+
+    def abandon_after_fork(self) -> None:
+        """In a forked child: stop noting compiles, and leave the parent's dump alone."""
+        with self._lock:
+            self._active = False

@@ -235,7 +235,9 @@ class Session:
             self._collector.stop()
         if self._gpu is not None:
             self._gpu.abandon()
-        self._gpu = self._sampler = self._flusher = None  # their threads did not survive the fork
+        if self._jax is not None:
+            self._jax.abandon_after_fork()
+        self._gpu = self._sampler = self._flusher = self._jax = None  # their threads did not survive the fork
         self._forked = True
         inherited = self._ops.current_stack()  # operations this thread had open at the fork
         self._release_recorder()

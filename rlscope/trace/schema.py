@@ -48,7 +48,7 @@ SAMPLES_FILE = "samples.json"  # a sampled process's windows (rlscope.collect.sa
 # (module_<id>.<name>.<platform>_after_optimizations.txt) and when each backend compile ran.
 XLA_DIR = "xla"
 XLA_MODULE_GLOB = "module_*after_optimizations.txt"
-XLA_COMPILES_FILE = "compiles.json"
+XLA_COMPILES_FILE = "compiles.jsonl"  # one JSON line per backend compile: start_ns, end_ns, tid, function
 
 
 class Kind(enum.IntEnum):
