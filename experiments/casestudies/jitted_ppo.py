@@ -4,25 +4,35 @@ minibatch updates. To rlscope that call is one opaque Backend span; ``rlscope pr
 --jax-scopes`` splits its GPU time by the ``jax.named_scope`` of each part (rollout/inference,
 rollout/env, gae, update).
 
-Run: ``python -m experiments.casestudies.jitted_ppo --envs 64 --steps 128 --iterations 50``.
-It prints one JSON line: the seconds per iteration after the first two (compilation) and the
-environment steps per second.
+Hyperparameters are CleanRL's and PureJaxRL's for CartPole (``HYPERPARAMETERS``, also what
+``experiments.casestudies.sb3_train --hyperparameters cartpole`` gives SB3 and SBX's PPO).
+
+Run: ``python -m experiments.casestudies.jitted_ppo --envs 8 --steps 128 --iterations 50`` (or
+``--timesteps N``: as many iterations as N environment steps take). It prints one JSON line (the
+seconds per iteration after the first two, which compile, and the environment steps per second
+over those) and last ``learn_s=SECONDS``, the wall time of the whole training, compilation
+included, as ``sb3_train`` reports ``model.learn``'s.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
 from typing import Any
 
 import rlscope
 from experiments.datacollection.backends.base import CARTPOLE as P
 from experiments.datacollection.backends.dynamics import cartpole_dynamics, terminated_mask
+from rlscope.integrations.sb3 import TRAINING
 
-__all__ = ["make_train_step", "main"]
+__all__ = ["make_train_step", "main", "HYPERPARAMETERS"]
 
 WARM_UP = 2  # iterations that compile (and autotune) before the timed ones
+# CleanRL's ppo.py and PureJaxRL's CartPole defaults; the rollout length is --steps.
+HYPERPARAMETERS = {"epochs": 4, "minibatches": 4, "hidden": 64, "gamma": 0.99, "lam": 0.95, "clip": 0.2,
+                   "lr": 2.5e-4, "ent_coef": 0.01, "vf_coef": 0.5, "max_grad_norm": 0.5}
 
 
 def _init(jax: Any, key: Any, hidden: int) -> dict[str, Any]:
@@ -40,13 +50,14 @@ def _forward(jnp: Any, params: dict[str, Any], obs: Any) -> tuple[Any, Any]:
 
 
 def make_train_step(envs: int, steps: int, epochs: int = 4, minibatches: int = 4, hidden: int = 64,
-                    gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2, lr: float = 2.5e-4) -> tuple[Any, Any]:
+                    gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2, lr: float = 2.5e-4,
+                    ent_coef: float = 0.01, vf_coef: float = 0.5, max_grad_norm: float = 0.5) -> tuple[Any, Any]:
     """(init(seed) -> carry, train_step(carry) -> (carry, metrics)), train_step jitted whole."""
     import jax
     import jax.numpy as jnp
     import optax
 
-    optimizer = optax.adam(lr)
+    optimizer = optax.chain(optax.clip_by_global_norm(max_grad_norm), optax.adam(lr))
 
     def init(seed: int) -> tuple[Any, ...]:
         key = jax.random.key(seed)
@@ -89,11 +100,13 @@ def make_train_step(envs: int, steps: int, epochs: int = 4, minibatches: int = 4
     def loss(params: Any, batch: tuple[Any, ...]) -> Any:
         obs, action, old_logp, advantage, target = batch
         logits, value = _forward(jnp, params, obs)
-        logp = jax.nn.log_softmax(logits)[jnp.arange(obs.shape[0]), action]
+        log_probs = jax.nn.log_softmax(logits)
+        logp = log_probs[jnp.arange(obs.shape[0]), action]
         ratio = jnp.exp(logp - old_logp)
         advantage = (advantage - advantage.mean()) / (advantage.std() + 1e-8)
         policy = -jnp.minimum(ratio * advantage, jnp.clip(ratio, 1 - clip, 1 + clip) * advantage).mean()
-        return policy + 0.5 * ((value - target) ** 2).mean()
+        entropy = -(jnp.exp(log_probs) * log_probs).sum(-1).mean()
+        return policy + vf_coef * ((value - target) ** 2).mean() - ent_coef * entropy
 
     def train_step(carry: tuple[Any, ...]) -> tuple[tuple[Any, ...], Any]:
         params, opt_state, state, elapsed, key = carry
@@ -132,22 +145,32 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--envs", type=int, default=64)
     parser.add_argument("--steps", type=int, default=128, help="rollout length per iteration")
     parser.add_argument("--iterations", type=int, default=20)
+    parser.add_argument("--timesteps", type=int, default=None,
+                        help="train for this many environment steps (rounded up to whole iterations) instead")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--device", default="auto", help="cpu keeps JAX off any GPU")
     args = parser.parse_args(argv)
-    init, train_step = make_train_step(args.envs, args.steps)
+    if args.device == "cpu":
+        os.environ["JAX_PLATFORMS"] = "cpu"  # read when JAX is imported (make_train_step)
+    iterations = -(-args.timesteps // (args.envs * args.steps)) if args.timesteps else args.iterations
+    rlscope.set_phase(TRAINING)  # the phase SB3's integration gives its training: the results compare them
+    begun = time.perf_counter()
+    init, train_step = make_train_step(args.envs, args.steps, **HYPERPARAMETERS)
     carry = init(args.seed)
     started = None
-    for i in range(args.iterations):
-        if i == min(WARM_UP, args.iterations - 1):
+    for i in range(iterations):
+        if i == min(WARM_UP, iterations - 1):
             started = time.perf_counter()
         with rlscope.operation("train_step"):
             carry, loss = train_step(carry)
             loss.block_until_ready()
         rlscope.step()
-    timed = args.iterations - min(WARM_UP, args.iterations - 1)
-    seconds = (time.perf_counter() - started) / timed
+    ended = time.perf_counter()
+    timed = iterations - min(WARM_UP, iterations - 1)
+    seconds = (ended - started) / timed
     print(json.dumps({"iteration_s": seconds, "env_steps_per_s": args.envs * args.steps / seconds,
                       "iterations": timed, "loss": float(loss)}))
+    print(f"learn_s={ended - begun:.6f}", flush=True)
 
 
 if __name__ == "__main__":

@@ -54,11 +54,13 @@ def check_params(name: str, value: Any) -> str | None:
 
 
 def _command(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None,
-             n_envs: int, subproc: bool, framework: str = "sb3") -> list[str]:
+             n_envs: int, subproc: bool, framework: str = "sb3", hyperparameters: str = "zoo") -> list[str]:
     command = [sys.executable, "-m", "experiments.casestudies.sb3_train", algorithm, env, str(timesteps), device,
                "--n-envs", str(n_envs)]
     if framework != "sb3":
         command += ["--framework", framework]
+    if hyperparameters != "zoo":
+        command += ["--hyperparameters", hyperparameters]
     if learning_starts is not None:
         command += ["--learning-starts", str(learning_starts)]
     return command + (["--subproc"] if subproc else [])
@@ -67,14 +69,14 @@ def _command(algorithm: str, env: str, timesteps: int, device: str, learning_sta
 def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "auto",
                       learning_starts: int | None = None, n_envs: int = 1, subproc: bool = False,
                       calibrate: bool | str = "auto", framework: str = "sb3", baseline: bool = False,
-                      timeout_s: float = 3600) -> dict[str, Any]:
+                      timeout_s: float = 3600, hyperparameters: str = "zoo") -> dict[str, Any]:
     """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
     from experiments.devices import resolve_device
     from rlscope.calibrate import analyze_corrected
     from rlscope.collect.launch import run_profiled
 
     device = resolve_device(device)
-    command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc, framework)
+    command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc, framework, hyperparameters)
     timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rlscope-sb3-") as tmp:
         if baseline:

@@ -1,12 +1,14 @@
 """Train a Stable-Baselines3 algorithm on a gymnasium environment, annotated for rlscope.
 
     python -m experiments.casestudies.sb3_train ALGORITHM ENV_ID TIMESTEPS DEVICE [--learning-starts N]
-        [--n-envs N] [--subproc] [--framework sb3|sb3_compile|sbx]
+        [--n-envs N] [--subproc] [--framework sb3|sb3_compile|sbx] [--hyperparameters zoo|cartpole]
 
 The case studies' training script (RL-Scope §2.5.1-2.5.3): ``model.learn(..., callback=
 rlscope.integrations.sb3.Annotate())``, nothing else rlscope-specific. Hyperparameters are
 rl-zoo3's for MuJoCo (copied here, see ``HYPERPARAMETERS``) so each algorithm runs as its users
 would run it, and the same in every framework (``experiments.casestudies.frameworks``);
+``--hyperparameters cartpole`` gives PPO CleanRL's and PureJaxRL's CartPole settings instead, those
+of the fully jitted PPO it is compared with (``experiments.casestudies.jitted_ppo``);
 ``--learning-starts`` shortens the off-policy algorithms' random warm-up for short runs. A missing
 simulator or framework exits with ``SKIPPED_EXIT`` and the ``pip install`` that fixes it. The last
 line printed is ``learn_s=SECONDS``, the wall time of ``model.learn`` (the uninstrumented
@@ -64,9 +66,22 @@ def env_problem(env_id: str) -> str | None:
     return f"no gymnasium environment {env_id!r}" + (f"; did you mean {', '.join(map(repr, close))}?" if close else "")
 
 
+def cartpole_ppo(n_envs: int) -> dict[str, Any]:
+    """``jitted_ppo.HYPERPARAMETERS`` in SB3's terms: 128-step rollouts, 4 minibatches, 4 epochs.
+    SB3's and SBX's PPO networks are tanh 64x64 by default, as jitted_ppo's (there one trunk
+    shared by policy and value, here one each)."""
+    from experiments.casestudies.jitted_ppo import HYPERPARAMETERS as H
+
+    steps = 128
+    return {"n_steps": steps, "batch_size": steps * n_envs // H["minibatches"], "n_epochs": H["epochs"],
+            "learning_rate": H["lr"], "gamma": H["gamma"], "gae_lambda": H["lam"], "clip_range": H["clip"],
+            "ent_coef": H["ent_coef"], "vf_coef": H["vf_coef"], "max_grad_norm": H["max_grad_norm"]}
+
+
 def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | None = None, n_envs: int = 1,
-               subproc: bool = False, seed: int = 0, framework: str = "sb3") -> Any:
-    """The ``framework``'s model with rl-zoo3's hyperparameters, on a vectorised ``env_id``."""
+               subproc: bool = False, seed: int = 0, framework: str = "sb3", hyperparameters: str = "zoo") -> Any:
+    """The ``framework``'s model with rl-zoo3's hyperparameters (``hyperparameters="cartpole"``:
+    ``cartpole_ppo``'s), on a vectorised ``env_id``."""
     import gymnasium as gym
     import numpy as np
     from stable_baselines3.common.env_util import make_atari_env, make_vec_env
@@ -75,7 +90,7 @@ def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | 
 
     from rlscope.integrations.sb3 import SimulationWrapper
 
-    params = dict(HYPERPARAMETERS[algorithm])
+    params = cartpole_ppo(n_envs) if hyperparameters == "cartpole" else dict(HYPERPARAMETERS[algorithm])
     normalize = params.pop("normalize", False)
     vec_env_cls = SubprocVecEnv if subproc else None
     wrapper = SimulationWrapper if subproc else None  # the children's steps are theirs to annotate
@@ -99,7 +114,7 @@ def make_model(algorithm: str, env_id: str, device: str, learning_starts: int | 
         params["policy_kwargs"] = {"net_arch": params.pop("net_arch")}
     if policy == "CnnPolicy" and "buffer_size" not in params and algorithm in ("sac", "td3", "ddpg"):
         params["buffer_size"] = 100_000  # images: the default million frames would not fit a laptop
-    if framework == "sbx" and "learning_rate" in params:
+    if framework == "sbx" and "learning_rate" in params and algorithm in ("sac", "td3", "ddpg"):
         params["qf_learning_rate"] = params["learning_rate"]  # SB3 uses one rate for actor and critic
     cls = algorithm_class(framework, algorithm, device)
     return cls(policy, env, device=device, seed=seed, verbose=0, **params)
@@ -115,10 +130,14 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--n-envs", type=int, default=1)
     parser.add_argument("--subproc", action="store_true", help="step the environments in SubprocVecEnv workers")
     parser.add_argument("--framework", choices=FRAMEWORKS, default="sb3")
+    parser.add_argument("--hyperparameters", choices=("zoo", "cartpole"), default="zoo",
+                        help="rl-zoo3's MuJoCo settings, or (PPO only) those of the jitted PPO on CartPole")
     args = parser.parse_args(argv)
     problem = framework_problem(args.framework, args.algorithm)
     if problem:
         parser.error(problem)
+    if args.hyperparameters == "cartpole" and args.algorithm != "ppo":
+        parser.error("--hyperparameters cartpole is PPO's (the jitted PPO's settings)")
     import gymnasium as gym
 
     from rlscope.integrations.sb3 import Annotate
@@ -131,7 +150,7 @@ def main(argv: list[str]) -> int:
         return SKIPPED_EXIT
     try:
         model = make_model(args.algorithm, args.env_id, args.device, args.learning_starts, args.n_envs,
-                           args.subproc, framework=args.framework)
+                           args.subproc, framework=args.framework, hyperparameters=args.hyperparameters)
     except (ImportError, gym.error.DependencyNotInstalled) as err:
         fix = next(v for k, v in INSTALL.items() if args.env_id.startswith(k))
         print(f"{args.env_id} needs a simulator that is not installed ({err}); {fix}", file=sys.stderr)

@@ -1,0 +1,117 @@
+"""The case study "end-to-end jitted training": PPO on CartPole with the same hyperparameters in
+three execution models, to a fixed number of environment steps.
+
+- ``jax_jit``: PPO compiled whole (``experiments.casestudies.jitted_ppo``: PureJaxRL-style, the
+  rollout on the JAX CartPole, GAE and the updates in one ``jax.jit`` call per iteration),
+  profiled with ``--jax-scopes`` so that its GPU time splits into rollout/inference,
+  rollout/env, gae and update;
+- ``sb3``: Stable-Baselines3's PPO (PyTorch eager) on gymnasium's CartPole-v1;
+- ``sbx``: SBX's PPO (JAX, each update jitted; acting and the environment in Python).
+
+The manifest's workload (``configs/jitted_training.yaml``). Each run trains once without the
+profiler (``uninstrumented_learn_s``, the wall time to ``timesteps`` steps, compilation included,
+and ``env_steps_per_s`` from it) and once under ``rlscope prof``; its rows are the breakdown
+and transitions of the training (``experiments.casestudies.profiled.training_rows``) and, for
+``jax_jit``, one row per scope of the jitted step (``table: jax_scopes``: its kernel seconds and
+share of the step's kernel time, and how its kernels were matched). Not corrected for profiling
+overhead: the calibrations are made for rl-zoo3's hyperparameters, not these.
+"""
+
+from __future__ import annotations
+
+import platform
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+from typing import Any
+
+from rlscope.errors import SkipRun
+
+__all__ = ["jitted_training", "check_params", "FRAMEWORKS", "ENVS", "ROLLOUT_STEPS"]
+
+FRAMEWORKS = {"jax_jit": "JAX, the whole iteration in one jax.jit", "sb3": "PyTorch eager (SB3)",
+              "sbx": "JAX, updates jitted (SBX)"}
+ENVS = 8  # parallel environments, as PureJaxRL's and CleanRL's CartPole runs use (4 there; 8 here, one per core)
+ROLLOUT_STEPS = 128  # steps per environment per iteration, the same in every framework
+
+
+def check_params(name: str, value: Any) -> str | None:
+    """Manifest check (``rlscope.harness.manifest``): an unknown framework."""
+    if name == "framework" and isinstance(value, str) and value not in FRAMEWORKS:
+        return f"unknown framework {value!r}; known: {', '.join(FRAMEWORKS)}"
+    return None
+
+
+def _jitted_command(timesteps: int, device: str) -> list[str]:
+    return [sys.executable, "-m", "experiments.casestudies.jitted_ppo", "--envs", str(ENVS), "--steps",
+            str(ROLLOUT_STEPS), "--timesteps", str(timesteps), "--device", device]
+
+
+def _learn_seconds(code: int, output: str) -> float:
+    from experiments.casestudies.profiled import _learn_seconds as learn_seconds
+
+    return learn_seconds(code, output)
+
+
+def _scope_rows(scopes: Any) -> list[dict[str, Any]]:
+    """One row per (operation, scope) of the jitted step's kernel time."""
+    rows = []
+    for (operation, scope), group in scopes.groupby(["operation", "scope"], sort=False):
+        rows.append({"table": "jax_scopes", "operation": operation, "scope": scope,
+                     "seconds": float(group["duration_ns"].sum()) / 1e9, "share": float(group["share"].sum()),
+                     "kernels": int(group["kernels"].sum()), "match": ",".join(sorted(set(group["match"])))})
+    return rows
+
+
+def _jax_jit(timesteps: int, device: str, baseline: bool, timeout_s: float) -> dict[str, Any]:
+    from experiments.casestudies.profiled import training_rows
+    from rlscope.analyze import analyze_trace
+    from rlscope.collect.launch import run_profiled
+
+    command = _jitted_command(timesteps, device)
+    timings: dict[str, float] = {}
+    with tempfile.TemporaryDirectory(prefix="rlscope-jitted-") as tmp:
+        if baseline:
+            plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                                   timeout=timeout_s)
+            timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
+        log_path = Path(tmp) / "log.txt"
+        with log_path.open("w") as log:
+            trace, code = run_profiled(command, Path(tmp) / "trace", gpu=device.startswith("cuda"), stdout=log,
+                                       timeout_s=timeout_s, jax_scopes="default")
+        timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
+        tables = analyze_trace(trace)
+    result = training_rows(tables["breakdown"], tables["transitions"])
+    result["rows"] += _scope_rows(tables["jax_scopes"])
+    return {**result, **timings}
+
+
+def jitted_training(framework: str, timesteps: int, device: str = "auto", baseline: bool = True,
+                    timeout_s: float = 3600) -> dict[str, Any]:
+    """Train PPO on CartPole to ``timesteps`` environment steps in ``framework``; rows as the
+    module docstring says, with ``uninstrumented_learn_s`` and ``env_steps_per_s`` where
+    ``baseline``."""
+    from experiments.devices import resolve_device
+
+    problem = check_params("framework", framework)
+    if problem:
+        raise ValueError(problem)
+    device = resolve_device(device)
+    if framework == "jax_jit":
+        try:
+            import jax  # noqa: F401
+            import optax  # noqa: F401
+        except ImportError as err:
+            raise SkipRun(f"the jitted PPO needs JAX and optax ({err}); pip install 'rlscope[jax]'") from err
+        result = _jax_jit(timesteps, device, baseline, timeout_s)
+    else:
+        from experiments.casestudies.profiled import profiled_training
+
+        result = profiled_training("ppo", "CartPole-v1", timesteps, device=device, n_envs=ENVS, calibrate=False,
+                                   framework=framework, baseline=baseline, timeout_s=timeout_s,
+                                   hyperparameters="cartpole")
+    learn_s = result.get("uninstrumented_learn_s")
+    return {**result, "device": device, "python": platform.python_version(), "timesteps": timesteps,
+            "framework_label": FRAMEWORKS[framework],
+            "env_steps_per_s": timesteps / learn_s if learn_s else float("nan")}

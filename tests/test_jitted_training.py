@@ -1,0 +1,65 @@
+"""The case study "end-to-end jitted training" (configs/jitted_training.yaml): the jitted PPO's
+workload at a small scale on the CPU, the SB3 side's hyperparameters, and the figure."""
+
+from __future__ import annotations
+
+import pandas as pd
+import pytest
+
+from experiments.casestudies import jitted_training as study
+from rlscope.harness.manifest import load_manifest
+from tests.conftest import REPO
+
+
+def test_the_manifest_loads_at_both_scales() -> None:
+    for scale in ("quick", "full"):
+        manifest = load_manifest(REPO / "configs/jitted_training.yaml", scale)
+        assert list(manifest.grid["framework"]) == list(study.FRAMEWORKS)
+
+
+def test_an_unknown_framework_is_refused() -> None:
+    assert "unknown framework" in study.check_params("framework", "tensorflow")
+    with pytest.raises(ValueError, match="unknown framework"):
+        study.jitted_training("tensorflow", 1024, device="cpu")
+
+
+def test_the_jitted_ppo_trains_under_the_profiler_on_the_cpu() -> None:
+    pytest.importorskip("jax")
+    pytest.importorskip("optax")
+    steps = study.ENVS * study.ROLLOUT_STEPS
+    result = study.jitted_training("jax_jit", 3 * steps, device="cpu", timeout_s=600)
+    breakdown = pd.DataFrame([r for r in result["rows"] if r["table"] == "breakdown"])
+    assert "train_step" in set(breakdown["operation"])
+    assert result["iterations"] == 3  # one rlscope.step() per jitted iteration, in the training phase
+    assert result["uninstrumented_learn_s"] > 0 and result["profiled_learn_s"] > 0
+    assert result["env_steps_per_s"] == pytest.approx(3 * steps / result["uninstrumented_learn_s"])
+
+
+def test_sb3_and_sbx_get_the_jitted_ppo_s_hyperparameters() -> None:
+    from experiments.casestudies.jitted_ppo import HYPERPARAMETERS
+    from experiments.casestudies.sb3_train import cartpole_ppo
+
+    params = cartpole_ppo(study.ENVS)
+    assert params["n_steps"] == study.ROLLOUT_STEPS
+    assert params["batch_size"] * HYPERPARAMETERS["minibatches"] == study.ROLLOUT_STEPS * study.ENVS
+    assert (params["n_epochs"], params["learning_rate"], params["clip_range"], params["ent_coef"]) == (
+        HYPERPARAMETERS["epochs"], HYPERPARAMETERS["lr"], HYPERPARAMETERS["clip"], HYPERPARAMETERS["ent_coef"])
+
+
+def test_the_figure_shows_time_per_framework_and_the_step_s_scopes() -> None:
+    from rlscope.plot.jitted import jitted_training
+
+    base = {"status": "ok", "repetition": 0, "timesteps": 8192, "device": "cuda"}
+    rows = [{**base, "framework": f, "table": "breakdown", "uninstrumented_learn_s": s, "env_steps_per_s": 8192 / s}
+            for f, s in (("jax_jit", 1.0), ("sb3", 8.0), ("sbx", 4.0))]
+    rows += [{**base, "framework": "jax_jit", "table": "jax_scopes", "scope": scope, "share": share,
+              "uninstrumented_learn_s": 1.0, "env_steps_per_s": 8192.0}
+             for scope, share in (("update", 0.5), ("rollout/inference", 0.3), ("rollout/env", 0.2))]
+    rows.append({"status": "skipped", "framework": "sbx", "repetition": 1, "reason": "needs a GPU"})
+    fig = jitted_training(pd.DataFrame(rows), {"grid": {"framework": list(study.FRAMEWORKS)}, "scale": "full"})
+    left, right = fig.axes[:2]
+    assert [t.get_text() for t in left.get_xticklabels()] == list(study.FRAMEWORKS)
+    assert [round(p.get_height(), 6) for p in left.patches] == [1.0, 8.0, 4.0]
+    assert sorted(t.get_text() for t in right.get_legend().get_texts()) == [
+        "rollout/env (20.0%)", "rollout/inference (30.0%)", "update (50.0%)"]
+    assert "PPO on CartPole" in fig._suptitle.get_text() and left.get_ylabel() and right.get_ylabel()
