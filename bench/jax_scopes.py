@@ -5,9 +5,9 @@ the precise mode (XLA's NVTX ranges), and what the default mode costs over ``rls
         [--out docs/results/jax_scopes/RECORD.json] [--work DIR]
 
 The workload is ``experiments/casestudies/jitted_ppo.py`` (PPO compiled whole). Each round runs
-one process per mode, in the order none (no rlscope), prof (``rlscope prof``), scopes
-(``--jax-scopes``), precise (``--jax-scopes=precise``); each process reports its own seconds per
-training iteration after two that compile. The record holds, per mode, every round's time and
+one process per mode: none (no rlscope), prof (``rlscope prof``), scopes (``--jax-scopes``),
+precise (``--jax-scopes=precise``), rotated so that each mode goes first in turn; each process
+reports its own seconds per training iteration after two that compile. The record holds, per mode, every round's time and
 their median, and per round the scopes-over-prof ratio (so both sides share the round's machine
 state), summarised as median [min, max] over rounds. ``--modes`` times fewer modes (scopes and
 precise always run).
@@ -125,7 +125,7 @@ def main() -> None:
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     rounds = []
     for r in range(args.rounds):
-        for mode in modes:
+        for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
             times[mode].append(run(mode, args, work / f"{mode}{r}"))
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
