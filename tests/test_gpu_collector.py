@@ -3,7 +3,9 @@ process's events, GPU tables, and what a user sees when there is no GPU or CUPTI
 
 from __future__ import annotations
 
+import ctypes
 import json
+import struct
 import sys
 import warnings
 from pathlib import Path
@@ -49,6 +51,29 @@ def test_recorded_buffers_decode_to_the_rows_the_live_tracer_wrote():
     assert {int(Kind.CUDA_API), int(Kind.GPU_KERNEL), int(Kind.GPU_MEMCPY), int(Kind.CORRELATION)} <= kinds
     # Runtime API names lose their version suffix.
     assert "cudaLaunchKernel" in names and not any(n.startswith("cudaLaunchKernel_v") for n in names)
+
+
+def test_nvtx_ranges_decode_to_one_row_per_closed_range():
+    """CUPTI's marker records (CUpti_ActivityMarker2, 56 bytes: kind, flags, timestamp, id, object
+    kind and id, name, domain), built here: a start carries the name, its end only the id; an end
+    without its start is incomplete, a range still open at the end is not written."""
+    native = _load_cupti()
+    names = [ctypes.create_string_buffer(n) for n in (b"Thunk:#hlo_op=fusion.1#", b"XlaModule:#hlo_module=m#",
+                                                      b"never closed")]
+
+    def marker(flags: int, at: int, range_id: int, name: ctypes.Array | None = None) -> bytes:
+        pointer = ctypes.addressof(name) if name is not None else 0
+        # kind 12 (MARKER), flags, timestamp, id, object kind 2 (thread): process 7, thread 99, pad, name, domain
+        return struct.pack("<IIQIIIIIIQQ", 12, flags, at, range_id, 2, 7, 99, 0, 0, pointer, 0)
+
+    start, end = 2, 4  # CUPTI_ACTIVITY_FLAG_MARKER_START / _END
+    buffer = b"".join((marker(start, 100, 1, names[1]), marker(start, 110, 2, names[0]), marker(end, 150, 2),
+                       marker(end, 200, 1), marker(end, 300, 9), marker(start, 400, 3, names[2])))
+    rows, decoded, stats = native.decode([buffer], [])
+    assert rows[:, 0].tolist() == [int(Kind.NVTX_RANGE)] * 2
+    assert [decoded[n] for n in rows[:, 6]] == ["Thunk:#hlo_op=fusion.1#", "XlaModule:#hlo_module=m#"]
+    assert rows[:, 4].tolist() == [110, 100] and rows[:, 5].tolist() == [150, 200] and set(rows[:, 2]) == {99}
+    assert stats["incomplete"] == 1 and stats["records"] == 6
 
 
 def test_recorded_trace_charges_gpu_work_to_the_launching_operation():
