@@ -42,10 +42,12 @@ _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 # XLA flags this mode sets; any the environment already had are replaced, not repeated.
 _DUMP_FLAGS = ("--xla_dump_to=", "--xla_dump_hlo_as_text")
 _COMMAND_BUFFER_FLAG = "--xla_gpu_enable_command_buffer="
-# What start() sets for this process only: put back once XLA has read it (its first compile), so
-# that processes started later (not profiled, or profiled into their own folders) do not dump
-# into this one's.
-_SET = ("XLA_FLAGS", "NVTX_INJECTION64_PATH", "JAX_ENABLE_COMPILATION_CACHE")
+# What start() sets for this process only, put back so that processes started later (not
+# profiled, or profiled into their own folders) do not dump into this one's: XLA's flags once XLA
+# has read them (by its first compile), NVTX's injection when profiling stops (NVTX reads it at
+# its first call, which nothing here observes).
+_READ_BY_FIRST_COMPILE = ("XLA_FLAGS", "JAX_ENABLE_COMPILATION_CACHE")
+_SET = (*_READ_BY_FIRST_COMPILE, "NVTX_INJECTION64_PATH")
 
 
 def parse_jax_scopes(value: bool | str | None) -> str | None:
@@ -116,15 +118,17 @@ class JaxScopes:
         self._listening = True
         self.meta["jax"] = getattr(jax, "__version__", None)
 
-    def _restore_environment(self) -> None:
+    def _restore_environment(self, names: tuple[str, ...] = _SET) -> None:
         if self._saved is None:
             return
-        for name, value in self._saved.items():
+        for name in names:
+            if name not in self._saved:
+                continue
+            value = self._saved.pop(name)
             if value is None:
                 os.environ.pop(name, None)
             else:
                 os.environ[name] = value
-        self._saved = None
 
     def _on_event(self, event: str, duration_s: float, **kwargs: Any) -> None:
         if event != _BACKEND_COMPILE:
@@ -135,7 +139,7 @@ class JaxScopes:
         with self._lock:  # stop() prunes the dump under the same lock
             if not self._active:
                 return
-            self._restore_environment()  # XLA has read its flags by its first compile
+            self._restore_environment(_READ_BY_FIRST_COMPILE)  # XLA has read its flags by its first compile
             with open(self.dump / XLA_COMPILES_FILE, "a") as compiles:  # one line a compile
                 compiles.write(line + "\n")
             self._compiles += 1
