@@ -223,6 +223,24 @@ def test_a_library_kernel_takes_the_one_instruction_between_its_neighbours_witho
     assert library["scope"] == "update"  # the custom call's op_name: jit(step)/update/dot_general
 
 
+def test_of_several_unnamed_instructions_a_library_kernel_takes_the_one_that_calls_its_library(
+        tmp_path: Path) -> None:
+    """The same pass, but one more instruction launched no kernel of its name (a fusion that ran
+    under its twin's kernel): between the neighbours two instructions are left, and the cuBLAS
+    kernel goes to the one that calls cuBLAS."""
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"a", "b", "c"})
+    (call,) = table.index[table["opcode"] == "custom-call"]
+    (twin,) = table.index[table["instruction"] == "twin_fusion.2"]
+    position = ModuleSites(module, {"a", "b", "c"}, set()).schedule()
+    rows = [r for r in sorted(range(len(table)), key=lambda r: position[r]) if r != twin]
+    kernels = ["sm90_xmma_gemm_f32f32_tn" if r == call else table["kernel_name"].iat[r] for r in rows]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
+    library = process.scopes.iloc[rows.index(call)]
+    assert library["match"] == "order" and library["instruction"] == table["instruction"].iat[call]
+
+
 def test_innermost_range_at_each_time() -> None:
     ranges = pd.DataFrame({"tid": [1, 1, 1, 2, 2], "start_ns": [0, 10, 30, 0, 60], "end_ns": [100, 20, 40, 100, 60]})
     tids = np.array([1, 1, 1, 1, 2, 3, 2])

@@ -36,6 +36,17 @@ _LIBRARY_NAME = re.compile(
     r"^(void\s+)?(sm\d+|ampere|hopper|volta|turing|maxwell|blackwell)_"
     r"|nvjet|cutlass|cublas|cudnn|xmma|cub::|_ZN3cub|DeviceRadixSort|DeviceSegmentedRadixSort"
     r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel", re.IGNORECASE)
+# Which library a kernel's name says it is from, and what the instruction that calls that library
+# looks like in the HLO (its opcode and custom-call target, a fusion's fused root's opcode):
+# CUB's sorts behind a sort or a "__cub$..." custom call, cuBLAS behind "__cublas$gemm",
+# "__cublas$lt$matmul", cuDNN behind "__cudnn$...".
+_LIBRARY_FAMILIES = (
+    (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
+     re.compile(r"cub|sort", re.IGNORECASE)),
+    (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn|dnn", re.IGNORECASE)),
+    (re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas|splitKreduce", re.IGNORECASE),
+     re.compile(r"blas|gemm|matmul", re.IGNORECASE)),
+)
 # NameUniquer's suffix for a second instruction whose name sanitises the same (hlo.kernel_name).
 _UNIQUER_SUFFIX = re.compile(r"(.+)__\d+")
 
@@ -124,6 +135,24 @@ class ModuleSites:
             self._unnamed = [row for row, (kernel, root) in enumerate(zip(self.table["kernel_name"], self.table["root"]))
                              if kernel not in self.recorded and kernel_name(root) not in self.recorded]
         return self._unnamed
+
+    def library_rows(self, kernel: str) -> list[int]:
+        """``unnamed_rows`` that could have launched a library kernel named ``kernel``: those that
+        call its library (a CUB kernel: a sort or a CUB custom call; cuBLAS: a BLAS custom call;
+        cuDNN: a cuDNN one) where any do, else every unnamed row."""
+        rows = self.unnamed_rows()
+        if not hasattr(self, "_callers"):
+            sites = {inst.name: inst for inst in self.module.launch_sites()}
+            self._callers = {}
+            for row, (inst, root) in enumerate(zip(self.table["instruction"], self.table["root"])):
+                site = sites.get(inst)
+                fused_root = self.module.root(site.fused_computation).opcode if site is not None and site.is_fusion \
+                    else ""
+                self._callers[row] = " ".join((site.opcode, site.custom_call_target, fused_root)) if site else ""
+        for kernel_pattern, caller_pattern in _LIBRARY_FAMILIES:
+            if kernel_pattern.search(kernel):
+                return [r for r in rows if caller_pattern.search(self._callers[r])] or rows
+        return rows
 
     def computations(self) -> np.ndarray:
         """Each row's computation (a while body, ENTRY, ...)."""
