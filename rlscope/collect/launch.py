@@ -18,8 +18,8 @@ from typing import Any
 from rlscope.collect.environment import (
     ENV_DIRECTORY,
     ENV_GPU,
-    ENV_PROCESS,
     ENV_JAX_SCOPES,
+    ENV_PROCESS,
     ENV_SAMPLE,
     ENV_TARGETS,
     ENV_TRANSITIONS,
