@@ -84,8 +84,8 @@ class JaxScopes:
         self._saved: dict[str, str | None] | None = None
 
     def start(self, libcupti: str | None) -> None:
-        """Set XLA's flags (and NVTX's injection in the precise mode) for this process and the
-        processes it starts; listen for compiles once JAX is imported. ``libcupti``: the path of
+        """Set XLA's flags (and NVTX's injection in the precise mode) for this process, put back
+        once read (``_SET``); listen for compiles once JAX is imported. ``libcupti``: the path of
         the libcupti the GPU collector loaded (None without GPU collection)."""
         if _backends_started():
             raise RlscopeError("jax-scopes: JAX has already started its backends in this process, and XLA reads "
@@ -152,6 +152,13 @@ class JaxScopes:
             self._active = False
             self._restore_environment()
             self.meta["compiles"] = self._compiles
+        if self._listening:
+            import jax.monitoring
+
+            unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+            if unregister is not None:  # where JAX has none, the listener stays and does nothing now
+                unregister(self._on_event)
+            self._listening = False
         if self.dump.is_dir():
             keep = set(self.dump.glob(XLA_MODULE_GLOB)) | {self.dump / XLA_COMPILES_FILE}
             for path in self.dump.iterdir():
