@@ -20,7 +20,6 @@ overhead: the calibrations are made for rl-zoo3's hyperparameters, not these.
 from __future__ import annotations
 
 import platform
-import subprocess
 import sys
 import tempfile
 from pathlib import Path
@@ -48,12 +47,6 @@ def _jitted_command(timesteps: int, device: str) -> list[str]:
             str(ROLLOUT_STEPS), "--timesteps", str(timesteps), "--device", device]
 
 
-def _learn_seconds(code: int, output: str) -> float:
-    from experiments.casestudies.profiled import _learn_seconds as learn_seconds
-
-    return learn_seconds(code, output)
-
-
 def _scope_rows(scopes: Any) -> list[dict[str, Any]]:
     """One row per (operation, scope) of the jitted step's kernel time."""
     rows = []
@@ -65,22 +58,12 @@ def _scope_rows(scopes: Any) -> list[dict[str, Any]]:
 
 
 def _jax_jit(timesteps: int, device: str, baseline: bool, timeout_s: float) -> dict[str, Any]:
-    from experiments.casestudies.profiled import training_rows
+    from experiments.casestudies.profiled import timed_runs, training_rows
     from rlscope.analyze import analyze_trace
-    from rlscope.collect.launch import run_profiled
 
-    command = _jitted_command(timesteps, device)
-    timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rlscope-jitted-") as tmp:
-        if baseline:
-            plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   timeout=timeout_s)
-            timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
-        log_path = Path(tmp) / "log.txt"
-        with log_path.open("w") as log:
-            trace, code = run_profiled(command, Path(tmp) / "trace", gpu=device.startswith("cuda"), stdout=log,
-                                       timeout_s=timeout_s, jax_scopes="default")
-        timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
+        trace, timings = timed_runs(_jitted_command(timesteps, device), Path(tmp), device, baseline, timeout_s,
+                                    jax_scopes="default")
         tables = analyze_trace(trace)
     result = training_rows(tables["breakdown"], tables["transitions"])
     result["rows"] += _scope_rows(tables["jax_scopes"])

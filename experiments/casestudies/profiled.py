@@ -23,7 +23,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun
 
-__all__ = ["profiled_training", "check_params", "training_rows"]
+__all__ = ["profiled_training", "check_params", "training_rows", "timed_runs"]
 
 CALIBRATION_TIMESTEPS_FACTOR = 2  # calibrate on runs this many times longer: checked on another length
 # ... and of at least this many iterations (rollouts, one rlscope.step() each). A rollout outlasts
@@ -73,21 +73,11 @@ def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "a
     """Train under ``rlscope prof``; the breakdown and transition rows (``training_rows``)."""
     from experiments.devices import resolve_device
     from rlscope.calibrate import analyze_corrected
-    from rlscope.collect.launch import run_profiled
 
     device = resolve_device(device)
     command = _command(algorithm, env, timesteps, device, learning_starts, n_envs, subproc, framework, hyperparameters)
-    timings: dict[str, float] = {}
     with tempfile.TemporaryDirectory(prefix="rlscope-sb3-") as tmp:
-        if baseline:
-            plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                                   timeout=timeout_s)
-            timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
-        log_path = Path(tmp) / "log.txt"
-        with log_path.open("w") as log:
-            trace, code = run_profiled(command, Path(tmp) / "trace", gpu=device.startswith("cuda"), stdout=log,
-                                       timeout_s=timeout_s)
-        timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
+        trace, timings = timed_runs(command, Path(tmp), device, baseline, timeout_s)
         calibration_path = None
         if calibrate not in (False, "auto", True):
             raise ValueError(f"calibrate: {calibrate!r}; use true, false or auto")
@@ -98,6 +88,26 @@ def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "a
     result = training_rows(tables["breakdown"], tables["transitions"], corrected=calibration_path is not None)
     return {**result, **timings, "device": device, "python": platform.python_version(), "timesteps": timesteps,
             "steps_per_s": timesteps / result["training_s"] if result["training_s"] else float("nan")}
+
+
+def timed_runs(command: list[str], work: Path, device: str, baseline: bool, timeout_s: float,
+               jax_scopes: str | None = None) -> tuple[Path, dict[str, float]]:
+    """Run a training ``command`` (one that prints ``learn_s=``) once without the profiler where
+    ``baseline`` (``uninstrumented_learn_s``) and once under ``rlscope prof`` into ``work/trace``
+    (``profiled_learn_s``); returns the trace directory and those timings."""
+    from rlscope.collect.launch import run_profiled
+
+    timings: dict[str, float] = {}
+    if baseline:
+        plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                               timeout=timeout_s)
+        timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
+    log_path = work / "log.txt"
+    with log_path.open("w") as log:
+        trace, code = run_profiled(command, work / "trace", gpu=device.startswith("cuda"), stdout=log,
+                                   timeout_s=timeout_s, jax_scopes=jax_scopes)
+    timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
+    return trace, timings
 
 
 def _learn_seconds(code: int, output: str) -> float:
