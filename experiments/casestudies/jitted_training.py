@@ -19,6 +19,7 @@ overhead: the calibrations are made for rl-zoo3's hyperparameters, not these.
 
 from __future__ import annotations
 
+import importlib.util
 import platform
 import sys
 import tempfile
@@ -82,11 +83,9 @@ def jitted_training(framework: str, timesteps: int, device: str = "auto", baseli
         raise ValueError(problem)
     device = resolve_device(device)
     if framework == "jax_jit":
-        try:
-            import jax  # noqa: F401
-            import optax  # noqa: F401
-        except ImportError as err:
-            raise SkipRun(f"the jitted PPO needs JAX and optax ({err}); pip install 'rlscope[jax]'") from err
+        missing = [name for name in ("jax", "optax") if importlib.util.find_spec(name) is None]
+        if missing:  # looked up, not imported: the training runs in its own process
+            raise SkipRun(f"the jitted PPO needs {' and '.join(missing)}; pip install 'rlscope[jax]'")
         result = _jax_jit(timesteps, device, baseline, timeout_s)
     else:
         from experiments.casestudies.profiled import profiled_training

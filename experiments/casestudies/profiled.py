@@ -83,7 +83,7 @@ def profiled_training(algorithm: str, env: str, timesteps: int, device: str = "a
             raise ValueError(f"calibrate: {calibrate!r}; use true, false or auto")
         if calibrate is not False:
             calibration_path = _calibration(algorithm, env, timesteps, device, learning_starts, n_envs, framework,
-                                            timeout_s, make=calibrate is True)
+                                            timeout_s, make=calibrate is True, hyperparameters=hyperparameters)
         tables = analyze_corrected(trace, calibration_path)
     result = training_rows(tables["breakdown"], tables["transitions"], corrected=calibration_path is not None)
     return {**result, **timings, "device": device, "python": platform.python_version(), "timesteps": timesteps,
@@ -135,7 +135,7 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
     from rlscope.analyze.shares import share_intervals
     from rlscope.plot.breakdown import stack_label
 
-    from rlscope.integrations.sb3 import DATA_COLLECTION, TRAINING
+    from rlscope.integrations import DATA_COLLECTION, TRAINING
 
     training = (DATA_COLLECTION, TRAINING)  # from the first rollout on: start-up and imports left out
     main = breakdown[(breakdown["thread"] == "main") & breakdown["phase"].isin(training)]
@@ -171,13 +171,13 @@ def training_rows(breakdown: Any, transitions: Any, corrected: bool = False) -> 
             **({"corrected_training_s": corrected_total} if corrected else {})}
 
 
-def steps_per_iteration(algorithm: str, n_envs: int) -> int:
+def steps_per_iteration(algorithm: str, n_envs: int, hyperparameters: str = "zoo") -> int:
     """Environment steps per ``rlscope.step()`` of a training: a rollout, ``n_steps`` per env for
     the on-policy algorithms (SB3's defaults where the zoo's hyperparameters set none), one
     ``train_freq`` of steps for the off-policy ones."""
-    from experiments.casestudies.sb3_train import HYPERPARAMETERS
+    from experiments.casestudies.sb3_train import HYPERPARAMETERS, cartpole_ppo
 
-    params = HYPERPARAMETERS.get(algorithm, {})
+    params = cartpole_ppo(n_envs) if hyperparameters == "cartpole" else HYPERPARAMETERS.get(algorithm, {})
     on_policy_defaults = {"ppo": 2048, "a2c": 5}  # stable_baselines3's PPO and A2C n_steps
     if algorithm in on_policy_defaults:
         return int(params.get("n_steps", on_policy_defaults[algorithm])) * n_envs
@@ -185,21 +185,22 @@ def steps_per_iteration(algorithm: str, n_envs: int) -> int:
 
 
 def _calibration(algorithm: str, env: str, timesteps: int, device: str, learning_starts: int | None, n_envs: int,
-                 framework: str, timeout_s: float, make: bool) -> Path | None:
+                 framework: str, timeout_s: float, make: bool, hyperparameters: str = "zoo") -> Path | None:
     """This training's calibration on this machine, on runs ``CALIBRATION_TIMESTEPS_FACTOR`` times
     as long as the profiled one and of at least ``MIN_CALIBRATION_ITERATIONS`` iterations: made
     once (``make``) and cached, or None where there is none."""
     from rlscope.calibrate import cached_calibration, find_cached_calibration
 
     # The identity names the calibration's least length: one made shorter is another calibration.
-    identity = [*_command(algorithm, env, 0, device, learning_starts, n_envs, False, framework),
+    identity = [*_command(algorithm, env, 0, device, learning_starts, n_envs, False, framework, hyperparameters),
                 f"--min-iterations={MIN_CALIBRATION_ITERATIONS}"]
     options = {"gpu": device.startswith("cuda"), "timeout_s": timeout_s, "repetitions": 2, "startup_pairs": 1}
     if not make:
         return find_cached_calibration(identity, **options)
     length = max(CALIBRATION_TIMESTEPS_FACTOR * timesteps,
-                 MIN_CALIBRATION_ITERATIONS * steps_per_iteration(algorithm, n_envs))
+                 MIN_CALIBRATION_ITERATIONS * steps_per_iteration(algorithm, n_envs, hyperparameters))
     _, path = cached_calibration(
-        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False, framework),
+        identity, lambda: _command(algorithm, env, length, device, learning_starts, n_envs, False, framework,
+                                   hyperparameters),
         **options)
     return path

@@ -36,16 +36,17 @@ _LIBRARY_NAME = re.compile(
     r"^(void\s+)?(sm\d+|ampere|hopper|volta|turing|maxwell|blackwell)_"
     r"|nvjet|cutlass|cublas|cudnn|xmma|cub::|_ZN3cub|DeviceRadixSort|DeviceSegmentedRadixSort"
     r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel", re.IGNORECASE)
-# Which library a kernel's name says it is from, and what the instruction that calls that library
-# looks like in the HLO (its opcode and custom-call target, a fusion's fused root's opcode):
-# CUB's sorts behind a sort or a "__cub$..." custom call, cuBLAS behind "__cublas$gemm",
-# "__cublas$lt$matmul", cuDNN behind "__cudnn$...".
+# Which library a kernel's name says it is from, and what an instruction calling that library
+# looks like in the HLO (its opcode, custom-call target and fused root's opcode): CUB's sorts
+# behind a sort or a "__cub$..." custom call; cuDNN's kernels behind "__cudnn$..."; GEMM-like
+# kernels (xmma, cutlass, nvjet, ...) behind cuBLAS ("__cublas$gemm", "__cublas$lt$matmul") or
+# cuDNN, whose convolutions run implicit-GEMM kernels too.
 _LIBRARY_FAMILIES = (
     (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
-     re.compile(r"cub|sort", re.IGNORECASE)),
-    (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn|dnn", re.IGNORECASE)),
+     re.compile(r"(^|\s)sort(\s|$)|cub\$", re.IGNORECASE)),
+    (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn", re.IGNORECASE)),
     (re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas|splitKreduce", re.IGNORECASE),
-     re.compile(r"blas|gemm|matmul", re.IGNORECASE)),
+     re.compile(r"cublas|cudnn|gemm|matmul", re.IGNORECASE)),
 )
 # NameUniquer's suffix for a second instruction whose name sanitises the same (hlo.kernel_name).
 _UNIQUER_SUFFIX = re.compile(r"(.+)__\d+")
@@ -136,22 +137,21 @@ class ModuleSites:
                              if kernel not in self.recorded and kernel_name(root) not in self.recorded]
         return self._unnamed
 
-    def library_rows(self, kernel: str) -> list[int]:
-        """``unnamed_rows`` that could have launched a library kernel named ``kernel``: those that
-        call its library (a CUB kernel: a sort or a CUB custom call; cuBLAS: a BLAS custom call;
-        cuDNN: a cuDNN one) where any do, else every unnamed row."""
-        rows = self.unnamed_rows()
+    def library_callers(self, kernel: str, rows: list[int]) -> list[int]:
+        """Those of ``rows`` that call the library a kernel named ``kernel`` is from (a CUB kernel:
+        a sort or a CUB custom call; cuDNN's: a cuDNN call; a GEMM-like one: a cuBLAS or cuDNN
+        call); all of ``rows`` for a kernel no family names."""
         if not hasattr(self, "_callers"):
             sites = {inst.name: inst for inst in self.module.launch_sites()}
             self._callers = {}
-            for row, (inst, root) in enumerate(zip(self.table["instruction"], self.table["root"])):
+            for row, inst in enumerate(self.table["instruction"]):
                 site = sites.get(inst)
                 fused_root = self.module.root(site.fused_computation).opcode if site is not None and site.is_fusion \
                     else ""
                 self._callers[row] = " ".join((site.opcode, site.custom_call_target, fused_root)) if site else ""
         for kernel_pattern, caller_pattern in _LIBRARY_FAMILIES:
             if kernel_pattern.search(kernel):
-                return [r for r in rows if caller_pattern.search(self._callers[r])] or rows
+                return [r for r in rows if caller_pattern.search(self._callers[r])]
         return rows
 
     def computations(self) -> np.ndarray:

@@ -202,8 +202,8 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     launched a kernel lies between those of the kernels launched just before and just after it.
     An ambiguous name (fusions of different scopes sharing one kernel) takes the one of its
     fusions placed there; a library's kernel (cuBLAS, CUB) the one instruction placed there that
-    no recorded kernel is named after and that calls its library where several are
-    (``ModuleSites.library_rows``: a custom call, a sort XLA hands to CUB)."""
+    no recorded kernel is named after, or of several such, the one that calls its library
+    (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB)."""
     exact_row = np.full(len(frame), np.nan)
     for i in np.flatnonzero((frame["match"].to_numpy() == "exact") & (pick >= 0)):
         exact_row[i] = sites[pick[i]].row_of(frame["instruction"].iat[i].split(";")[0])
@@ -219,11 +219,12 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
         if before[i] != before[i] or after[i] != after[i]:
             continue
         site = sites[int(module[i])]
+        name = kernels["name"].iat[i]
         if match[i] == "ambiguous":
-            candidates = site.candidates(kernels["name"].iat[i])
-        else:
-            candidates = site.library_rows(kernels["name"].iat[i])
-        fits = _between(site, candidates, int(before[i]), int(after[i]))
+            fits = _between(site, site.candidates(name), int(before[i]), int(after[i]))
+        else:  # of several unnamed instructions in the gap, the one calling the kernel's library
+            fits = _between(site, site.unnamed_rows(), int(before[i]), int(after[i]))
+            fits = fits if len(fits) <= 1 else site.library_callers(name, fits)
         if len(fits) == 1:
             settled.append((i, site.module.name, site.table["instruction"].iat[fits[0]], site.table["scope"].iat[fits[0]]))
     if settled:

@@ -157,7 +157,10 @@ class JaxScopes:
 
             unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
             if unregister is not None:  # where JAX has none, the listener stays and does nothing now
-                unregister(self._on_event)
+                try:
+                    unregister(self._on_event)
+                except (AssertionError, ValueError):  # already gone (jax.monitoring.clear_event_listeners())
+                    pass
             self._listening = False
         if self.dump.is_dir():
             keep = set(self.dump.glob(XLA_MODULE_GLOB)) | {self.dump / XLA_COMPILES_FILE}

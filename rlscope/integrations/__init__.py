@@ -4,6 +4,9 @@
 import importlib
 
 INTEGRATIONS = ("sb3",)
+# The phases an integration's training is split into; a workload annotated by hand (the jitted PPO)
+# uses the same names, so that results read them alike. Here, where no framework is imported.
+DATA_COLLECTION, TRAINING = "data_collection", "training"
 
 
 def __getattr__(name: str) -> object:

@@ -34,12 +34,12 @@ from stable_baselines3.common.on_policy_algorithm import OnPolicyAlgorithm
 from stable_baselines3.common.vec_env import VecEnv, VecEnvWrapper
 
 import rlscope
+from rlscope.integrations import DATA_COLLECTION, TRAINING
 
 __all__ = ["Annotate", "AnnotatedVecEnv", "SimulationWrapper", "INFERENCE", "SIMULATION", "BACKPROPAGATION",
            "DATA_COLLECTION", "TRAINING"]
 
 INFERENCE, SIMULATION, BACKPROPAGATION = "inference", "simulation", "backpropagation"
-DATA_COLLECTION, TRAINING = "data_collection", "training"
 
 
 class AnnotatedVecEnv(VecEnvWrapper):
