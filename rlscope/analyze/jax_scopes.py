@@ -234,6 +234,31 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
         frame.iloc[at, frame.columns.get_loc("match")] = "order"
 
 
+def _by_nvtx_ranges(frame: pd.DataFrame, ranges: pd.DataFrame, tid: np.ndarray, at: np.ndarray,
+                    modules: list[DumpedModule], sites: list[ModuleSites], pick: np.ndarray,
+                    names: frozenset[str]) -> None:
+    """The precise mode: each kernel whose launch lies in a thunk's NVTX range takes that thunk's
+    instruction (``nvtx``). The instruction is XLA's own word; its scope comes from the module's
+    HLO as the default mode reads it (fused bodies the same way), else from the thunk's op_name."""
+    by_module = {m.name: i for i, m in enumerate(modules)}  # a name compiled twice: the last
+    by_module.update({str(m.number): i for i, m in enumerate(modules)})  # the ids tell them apart
+    module, inst, path = _by_nvtx(ranges, tid, at)
+    seen = np.flatnonzero(inst != "")
+    scopes, modules_seen = np.empty(len(seen), dtype=object), np.empty(len(seen), dtype=object)
+    for j, i in enumerate(seen):
+        held = by_module.get(module[i], pick[i] if pick[i] >= 0 else None)
+        row = sites[held].row_of(inst[i]) if held is not None else None
+        if row is not None:
+            scopes[j] = sites[held].table["scope"].iat[row]
+        else:
+            found = scope_path(path[i] + "/_", names) if path[i] else ()
+            scopes[j] = "/".join(found) if found else NO_SCOPE
+        modules_seen[j] = modules[held].name if held is not None else module[i]
+    for column, values in (("module", modules_seen), ("instruction", inst[seen]), ("scope", scopes),
+                           ("match", np.full(len(seen), "nvtx", dtype=object))):
+        frame.iloc[seen, frame.columns.get_loc(column)] = values
+
+
 def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
     """Per GPU kernel of a process profiled with ``--jax-scopes`` (None for any other): ``module``,
     ``instruction``, ``scope`` (a path such as ``rollout/inference``, or NO_SCOPE, FUSED_ACROSS,
@@ -260,25 +285,7 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
 
     ranges = ev[kind == int(Kind.NVTX_RANGE)]
     if len(ranges):
-        by_module = {m.name: i for i, m in enumerate(modules)}  # a name compiled twice: the last
-        by_module.update({str(m.number): i for i, m in enumerate(modules)})  # the ids tell them apart
-        module, inst, path = _by_nvtx(ranges, tid, at)
-        seen = np.flatnonzero(inst != "")
-        scopes, modules_seen = np.empty(len(seen), dtype=object), np.empty(len(seen), dtype=object)
-        for j, i in enumerate(seen):
-            # The instruction is XLA's own word; its scope comes from the module's HLO like the
-            # default mode's (fused bodies read the same way), else from the thunk's op_name.
-            held = by_module.get(module[i], pick[i] if pick[i] >= 0 else None)
-            row = sites[held].row_of(inst[i]) if held is not None else None
-            if row is not None:
-                scopes[j] = sites[held].table["scope"].iat[row]
-            else:
-                found = scope_path(path[i] + "/_", names) if path[i] else ()
-                scopes[j] = "/".join(found) if found else NO_SCOPE
-            modules_seen[j] = modules[held].name if held is not None else module[i]
-        for column, values in (("module", modules_seen), ("instruction", inst[seen]), ("scope", scopes),
-                               ("match", np.full(len(seen), "nvtx", dtype=object))):
-            frame.iloc[seen, frame.columns.get_loc(column)] = values
+        _by_nvtx_ranges(frame, ranges, tid, at, modules, sites, pick, names)
 
     starts, ends = _compile_intervals(process.directory)
     if len(starts):
@@ -314,6 +321,7 @@ def scope_table(process: ProcessTrace) -> pd.DataFrame:
     if scopes is None or scopes.empty:
         return pd.DataFrame(columns=list(SCOPE_TABLE_COLUMNS))
     names = process.events["name"].cat.categories
+    # overlap.UNANNOTATED's label; overlap imports attribution, which imports this module
     operation = [names[op] if op >= 0 else "(unannotated)" for op in scopes["operation"]]
     groups = scopes.assign(operation=operation).groupby(["operation", "scope", "match"], sort=False)
     table = groups.agg(kernels=("duration_ns", "size"), duration_ns=("duration_ns", "sum")).reset_index()
