@@ -40,6 +40,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -124,6 +125,34 @@ def inputs_unchanged_since(commit: str) -> bool:
     done = subprocess.run(["git", "-C", str(REPO), "diff", "--quiet", commit, "HEAD", "--", *paths],
                           capture_output=True)
     return done.returncode == 0
+
+
+class DiskWatch:
+    """The most free space the test takes from the filesystem of the temporary directory (where the
+    private engine's data root, the checkout and pip's caches live), sampled every second: a run
+    that fills the disk fails part way, so the need is measured and shown before the next run."""
+
+    def __init__(self, path: str) -> None:
+        self.path = path
+        self.start_free = self.min_free = shutil.disk_usage(path).free
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._sample, daemon=True)
+
+    def _sample(self) -> None:
+        while not self._stop.wait(1.0):
+            self.min_free = min(self.min_free, shutil.disk_usage(self.path).free)
+
+    def __enter__(self) -> "DiskWatch":
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    @property
+    def peak_bytes(self) -> int:
+        return self.start_free - self.min_free
 
 
 def head_commit() -> str:
@@ -284,6 +313,10 @@ def main(argv: list[str] | None = None) -> int:
                 f"passed ({RESULTS_JSON.relative_to(REPO)}): skipped")
             return 0
     OUTPUT.mkdir(parents=True, exist_ok=True)
+    disk = DiskWatch(tempfile.gettempdir())
+    recorded_peak = json.loads(RESULTS_JSON.read_text()).get("peak_disk_bytes") if RESULTS_JSON.exists() else None
+    log(f"free space under {disk.path}: {disk.start_free / 2**30:.1f} GiB"
+        + (f" (the recorded run took {recorded_peak / 2**30:.1f} GiB at its peak)" if recorded_peak else ""))
     started = time.perf_counter()
     session: Session | None = None
     engine = "?"
@@ -291,7 +324,7 @@ def main(argv: list[str] | None = None) -> int:
         cli = docker_cli()
         uid = os.geteuid() if os.geteuid() != 0 else args.uid
         gid = os.getegid() if os.geteuid() != 0 else args.uid
-        with docker_engine(cli, args.data_root, uid) as (docker_host, cold), \
+        with disk, docker_engine(cli, args.data_root, uid) as (docker_host, cold), \
                 tempfile.TemporaryDirectory(prefix="rlscope-container-test-") as tmp:
             if docker_host:
                 os.environ["DOCKER_HOST"] = docker_host
@@ -318,7 +351,7 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         session.check("every step ran to its end", False, str(failure)[-500:])
     results = {**session.results, "date": datetime.date.today().isoformat(), "commit": head_commit(),
-               "machine": machine(), "engine": engine, "seconds": round(time.perf_counter() - started),
+               "machine": machine(), "engine": engine, "peak_disk_bytes": disk.peak_bytes, "seconds": round(time.perf_counter() - started),
                "command": " ".join(["python dockerfiles/container_test.py", *(sys.argv[1:] if argv is None else argv)])}
     (OUTPUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     if args.record:
@@ -326,7 +359,7 @@ def main(argv: list[str] | None = None) -> int:
         RESULTS_MD.write_text(render(results))
         log(f"recorded {RESULTS_JSON.relative_to(REPO)} and {RESULTS_MD.relative_to(REPO)}")
     log(f"{len(results['checks']) - len(session.failures)} of {len(results['checks'])} checks passed "
-        f"in {results['seconds']} s")
+        f"in {results['seconds']} s, taking {disk.peak_bytes / 2**30:.1f} GiB of disk at the peak")
     for failure in session.failures:
         log(f"FAILED {failure}")
     return 1 if session.failures else 0
