@@ -7,10 +7,10 @@ the precise mode (XLA's NVTX ranges), and what the default mode costs over ``rls
 The workload is ``experiments/casestudies/jitted_ppo.py`` (PPO compiled whole). Each round runs
 one process per mode: none (no rlscope), prof (``rlscope prof``), scopes (``--jax-scopes``),
 precise (``--jax-scopes=precise``), rotated so that each mode goes first in turn; each process
-reports its own seconds per training iteration after two that compile. The record holds, per mode, every round's time and
-their median, and per round the scopes-over-prof ratio (so both sides share the round's machine
-state), summarised as median [min, max] over rounds. ``--modes`` times fewer modes (scopes and
-precise always run).
+reports its own seconds per training iteration after two that compile. The record holds, per
+mode, every round's time and their median, and per round the scopes-over-prof ratio (so both
+sides share the round's machine state), summarised as median [min, max] over rounds.
+``--modes`` times fewer modes (scopes and precise always run).
 
 Attribution: each traced round is analysed; per (scope, mode) the GPU kernel time of the timed
 iterations and its share of the step (autotuning kernels left out), the fraction of kernels

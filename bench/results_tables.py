@@ -1,10 +1,11 @@
 """The tables of docs/results/*.md, generated from the results beside them.
 
-A page marks each generated table with ``<!-- table: NAME -->`` and ``<!-- /table -->``; NAME is
-a function of ``TABLES`` that reads the data and returns the table's Markdown (caption lines
-included). ``python bench/results_tables.py`` rewrites every marked table; ``--check`` exits 1
-if a page is not what its data gives (tests/test_results_pages.py runs it). So a number in a
-table is never typed, and a new run of an experiment updates its page by running this.
+A page marks each generated block with ``<!-- table: NAME -->`` and ``<!-- /table -->``: a table, or
+findings prose that quotes measured numbers (``findings_*.py``). NAME is a function of ``TABLES``
+that reads the data and returns the block's Markdown (caption lines included).
+``python bench/results_tables.py`` rewrites every marked block; ``--check`` exits 1 if a page is
+not what its data gives (tests/test_results_pages.py runs it). So a number in a generated block
+is never typed, and a new run of an experiment updates its page by running this.
 """
 
 from __future__ import annotations
@@ -19,12 +20,15 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+import findings_casestudies
+import findings_datacollection
 import tables_gpu
 import tables_jax_scopes
 import tables_overhead
 import tables_profiler
 import tables_sampled
-from tables_common import H100, RESULTS, markdown_table, read_jsonl, short_sci
+from fused_inference import UNFUSED
+from tables_common import DATACOLLECTION, FRAMEWORK_LABELS, H100, RESULTS, markdown_table, read_jsonl, short_sci
 
 _BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
@@ -159,9 +163,6 @@ def simulator_choice_transitions() -> str:
     return _survey_transitions("simulator_choice", "env", str)
 
 
-_FRAMEWORKS = {"sb3": "SB3", "sb3_compile": "SB3 + compile", "sbx": "SBX"}
-
-
 def framework_speed() -> str:
     """``bench/framework_speed.py``'s rounds: median [min, max] seconds per framework, and the
     speed-up over eager SB3 as the ratio of medians [range of the per-round ratios]."""
@@ -169,7 +170,7 @@ def framework_speed() -> str:
     out = []
     for algorithm in _in_order(data["algorithm"]):
         mine = data[data["algorithm"] == algorithm].pivot(index="round", columns="framework", values="learn_s")
-        cells = [f"{mine[f].median():.2f} [{mine[f].min():.2f}, {mine[f].max():.2f}]" for f in _FRAMEWORKS]
+        cells = [f"{mine[f].median():.2f} [{mine[f].min():.2f}, {mine[f].max():.2f}]" for f in FRAMEWORK_LABELS]
         for other in ("sb3_compile", "sbx"):
             ratio = mine["sb3"] / mine[other]
             cell = f"{mine['sb3'].median() / mine[other].median():.2f}x [{ratio.min():.2f}, {ratio.max():.2f}]"
@@ -187,7 +188,7 @@ def framework_breakdown() -> str:
     breakdown, transitions = data[data["table"] == "breakdown"], data[data["table"] == "transitions"]
     out = []
     for algorithm in _in_order(data["algorithm"]):
-        for framework, name in _FRAMEWORKS.items():
+        for framework, name in FRAMEWORK_LABELS.items():
             rows = breakdown[(breakdown["algorithm"] == algorithm) & (breakdown["framework"] == framework)]
             if rows.empty:
                 continue
@@ -236,7 +237,6 @@ def scale_up() -> str:
 
 # -- Optimizing Data Collection in Deep RL ----------------------------------------------------
 
-DATACOLLECTION = RESULTS / "datacollection"
 _COMPARE_LABELS = {
     "cuda fused (fast math)": "CUDA fused, hardware sin/cos/rcp (`precise=False`)",
     "cuda fused (precise)": "CUDA fused, precise (default; polynomial sin/cos, IEEE division)",
@@ -291,7 +291,6 @@ def fused_roofline() -> str:
 _FUSED_CONFIGS = {"fused fp16": "fused fp16", "fused fp16 + trajectory": "fused fp16 + trajectory (T = 128)",
                   "fused fp32": "fused fp32", "jax scan": "JAX `lax.scan`", "torch graph": "PyTorch CUDA graph",
                   "cuda sim + torch policy": "CUDA sim + PyTorch policy"}
-_UNFUSED = ("jax scan", "torch graph", "cuda sim + torch policy")
 
 
 def fused_inference() -> str:
@@ -301,7 +300,7 @@ def fused_inference() -> str:
     median = data.groupby(["num_envs", "config"])["samples_per_s"].median().unstack()
     out = []
     for n, row in median.iterrows():
-        best = row[list(_UNFUSED)].max()
+        best = row[list(UNFUSED)].max()
         fp16 = row["fused fp16"] / best
         out.append([_n(n), *(short_sci(row[c]) for c in _FUSED_CONFIGS),
                     f"**{fp16:.3g}x**" if n >= 2 ** 16 else f"{fp16:.3g}x",
@@ -348,7 +347,11 @@ def brax_throughput() -> str:
     out = [[f"{n:,}", *(short_sci(row[e]) for e in ("cartpole", "ant", "humanoid")),
             f"{row['cartpole'] / row['ant']:,.0f}"] for n, row in median.iterrows()]
     table = markdown_table(["N", "cartpole", "ant", "humanoid", "cartpole / ant"], out)
-    return table + (f"\n(session: {mjx['session'].iloc[0]})\n" if "session" in mjx else "")
+    compiled = int(data["timed_compilations"].max()) if "timed_compilations" in data else None
+    caption = (f"Env-steps/s, K = 10, median of {mjx['repetition'].nunique()} repetitions; compilations inside "
+               f"a timed window: at most {compiled} in any run of Fig. 2.\n\n" if compiled is not None else
+               f"Env-steps/s, K = 10, median of {mjx['repetition'].nunique()} repetitions.\n\n")
+    return caption + table + (f"\n(session: {mjx['session'].iloc[0]})\n" if "session" in mjx else "")
 
 
 TABLES: dict[str, Callable[[], str]] = {
@@ -357,6 +360,8 @@ TABLES: dict[str, Callable[[], str]] = {
     "framework_speed": framework_speed, "framework_breakdown": framework_breakdown, "scale_up": scale_up,
     "fused_compare": fused_compare, "fused_roofline": fused_roofline, "fused_inference": fused_inference,
     "figure_runs": figure_runs, "brax_throughput": brax_throughput,
+    **findings_casestudies.TABLES,
+    **findings_datacollection.TABLES,
     **tables_gpu.TABLES,
     **tables_sampled.TABLES,
     **tables_jax_scopes.TABLES,

@@ -9,6 +9,8 @@ from typing import Any
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 H100 = RESULTS / "h100"
+DATACOLLECTION = RESULTS / "datacollection"
+FRAMEWORK_LABELS = {"sb3": "SB3", "sb3_compile": "SB3 + compile", "sbx": "SBX"}  # the framework comparison's, in order
 
 
 def markdown_table(head: list[str], rows: list[list[Any]]) -> str:

@@ -57,7 +57,8 @@ def render(results: dict) -> str:
         art = results["artifacts_quick"]
         names = ", ".join(Path(m).stem for m in art["manifests"])
         times = "; ".join(f"{r['container_s']:.0f} s / {r['host_s']:.0f} s" for r in art["rounds"])
-        rows.append((f"`rlscope run` at quick scale ({names}): container / host, {len(art['rounds'])} round{'s' * (len(art['rounds']) != 1)} "
+        rounds = f"{len(art['rounds'])} round{'s' * (len(art['rounds']) != 1)}"
+        rows.append((f"`rlscope run` at quick scale ({names}): container / host, {rounds} "
                      f"alternating on the same machine", f"median {art['median_ratio']:.2f}x, range "
                      f"{art['min_ratio']:.2f}-{art['max_ratio']:.2f}x ({times})"))
     lines = ["# The container, built and used on a real Docker engine", "",

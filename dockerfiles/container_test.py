@@ -351,7 +351,8 @@ def main(argv: list[str] | None = None) -> int:
             return 1
         session.check("every step ran to its end", False, str(failure)[-500:])
     results = {**session.results, "date": datetime.date.today().isoformat(), "commit": head_commit(),
-               "machine": machine(), "engine": engine, "peak_disk_bytes": disk.peak_bytes, "seconds": round(time.perf_counter() - started),
+               "machine": machine(), "engine": engine, "peak_disk_bytes": disk.peak_bytes,
+               "seconds": round(time.perf_counter() - started),
                "command": " ".join(["python dockerfiles/container_test.py", *(sys.argv[1:] if argv is None else argv)])}
     (OUTPUT / "results.json").write_text(json.dumps(results, indent=2) + "\n")
     if args.record:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import sys
 from pathlib import Path
 
@@ -91,3 +92,47 @@ def test_a_corrected_run_shows_its_corrected_shares_beside_the_raw_ones(tmp_path
     assert lines[4].startswith("| SAC | as profiled |") and "SAC | corrected" not in table
     assert "As profiled only (no calibration on the machine that ran them): SAC." in table
     assert f"PPO (backpropagation CUDA API): {OVERCORRECTED}" in table
+
+
+# Quantities in the prose of these pages outside generated blocks: each is a setting or the paper's
+# value, not a measurement, and says so here. A measured number typed into the prose fails the test
+# below: it belongs in a generated block (bench/findings_*.py), read from the data.
+_SETTINGS_IN_PROSE = {
+    "case-studies.md": {"for 20 s after": "the scale-up manifest's duration_s"},
+    "datacollection.md": {"hardware math at 10x that": "the simulator test's tolerance",
+                          "the paper's 1024x": "the paper's value",
+                          "≥ 0.3 s of whole calls": "the bench's minimum round length"},
+}
+_QUANTITY = re.compile(r"\d[\d.,]*(?: ?(?:x|%|ms|µs|GB/s)\b| s\b| minutes\b)")
+_GENERATED = re.compile(r"<!-- (?:table: [\w-]+|rlscope claims: begin.*?) -->.*?"
+                        r"<!-- (?:/table|rlscope claims: end.*?) -->", re.S)
+
+
+@pytest.mark.parametrize("name", sorted(_SETTINGS_IN_PROSE))
+def test_measured_numbers_in_the_prose_come_from_the_data(name: str) -> None:
+    prose = _GENERATED.sub("", (REPO / "docs" / "results" / name).read_text())
+    allowed = _SETTINGS_IN_PROSE[name]
+    typed = [line.strip() for line in prose.splitlines()
+             if _QUANTITY.search(line) and not any(setting in line for setting in allowed)]
+    assert not typed, f"measured numbers typed by hand in {name} (generate them: bench/findings_*.py): {typed}"
+
+
+def test_the_findings_follow_their_data(tmp_path, monkeypatch) -> None:
+    """A new scale-up run with another inflation changes the sentence that quotes it."""
+    import shutil
+
+    import findings_casestudies
+    import pandas as pd
+
+    before = findings_casestudies.scale_up_findings()
+    shutil.copytree(REPO / "docs" / "results" / "h100" / "scale_up", tmp_path / "scale_up")
+    data = pd.read_csv(tmp_path / "scale_up" / "results.csv")
+    bound = (data["table"] == "gpu") & (data["measure"] == "GPU-bound (kernels+copies)")
+    data.loc[bound, "percent"] = data.loc[bound, "percent"] * 2
+    data.to_csv(tmp_path / "scale_up" / "results.csv", index=False)
+    monkeypatch.setattr(findings_casestudies, "H100", tmp_path)
+    after = findings_casestudies.scale_up_findings()
+    smi = data.loc[(data["table"] == "gpu") & (data["measure"] == "nvidia-smi utilization.gpu")].set_index("workers")
+    ratio = smi["percent"] / data.loc[bound].set_index("workers")["percent"]
+    assert before != after
+    assert f"inflates GPU use {ratio.min():.1f}-{ratio.max():.1f}x" in after

@@ -133,7 +133,8 @@ class ModuleSites:
         """Rows no recorded kernel is named after (by the instruction or its fused root): where
         kernels named after a library (cuBLAS, CUB) come from."""
         if not hasattr(self, "_unnamed"):
-            self._unnamed = [row for row, (kernel, root) in enumerate(zip(self.table["kernel_name"], self.table["root"]))
+            names = zip(self.table["kernel_name"], self.table["root"])
+            self._unnamed = [row for row, (kernel, root) in enumerate(names)
                              if kernel not in self.recorded and kernel_name(root) not in self.recorded]
         return self._unnamed
 

@@ -35,7 +35,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.analyze.hlo import HloModule, parse_hlo
-from rlscope.analyze.hlo_join import AMBIGUOUS, MATCH_KINDS, UNMATCHED, ModuleSites, unknown_kernel
+from rlscope.analyze.hlo_join import AMBIGUOUS, MATCH_KINDS, ModuleSites, unknown_kernel
 from rlscope.analyze.hlo_scopes import NO_SCOPE, inferred_scope_names, scope_path
 from rlscope.errors import TraceError
 from rlscope.trace.reader import ProcessTrace
@@ -226,7 +226,8 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
             fits = _between(site, site.unnamed_rows(), int(before[i]), int(after[i]))
             fits = fits if len(fits) <= 1 else site.library_callers(name, fits)
         if len(fits) == 1:
-            settled.append((i, site.module.name, site.table["instruction"].iat[fits[0]], site.table["scope"].iat[fits[0]]))
+            row = fits[0]
+            settled.append((i, site.module.name, site.table["instruction"].iat[row], site.table["scope"].iat[row]))
     if settled:
         at = np.array([i for i, *_ in settled])
         for k, column in enumerate(("module", "instruction", "scope"), start=1):

@@ -35,7 +35,8 @@ import pyarrow as pa
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
-           "SAMPLES_FILE", "XLA_DIR", "XLA_MODULE_GLOB", "XLA_COMPILES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE", "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
+           "SAMPLES_FILE", "XLA_DIR", "XLA_MODULE_GLOB", "XLA_COMPILES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE",
+           "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
            "GPU_CRC_RECORD", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS",
            "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
 
