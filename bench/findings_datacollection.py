@@ -13,7 +13,7 @@ from collections.abc import Callable
 import pandas as pd
 
 from fused_inference import TRAJECTORY_BYTES, UNFUSED as _UNFUSED_BENCH
-from tables_common import DATACOLLECTION, H100, read_jsonl, short_sci
+from tables_common import DATACOLLECTION, H100, markdown_table, read_jsonl, short_sci
 
 _UNFUSED_MANIFEST = ("jax", "torch_graph", "cuda")
 
@@ -118,7 +118,26 @@ def fused_fp16_bound() -> str:
             f"A polynomial tanh on the FMA pipe for part of the units is the next step.\n")
 
 
+def fig5_native_calls() -> str:
+    """What the collector of each recorded commit saw in one K = 1 iteration of XLA data
+    collection (``bench/native_calls.py``), and the commit where the jitted call became seen."""
+    records = read_jsonl(DATACOLLECTION / "fig5_native_calls_cpu.jsonl")
+    rows = []
+    for record in records:
+        calls = "; ".join(f"`{c['name']}` ({c['layer']}, {c['ns'] / 1e3:.1f} µs)" for c in record["calls"])
+        rows.append([f"`{record['commit'][:7]}`", len(record["calls"]), calls])
+    seen = [r for r in records if any(c["name"].endswith("_rollout") for c in r["calls"])]
+    first = f"`{seen[0]['commit'][:7]}`" if seen else "none of them"
+    table = markdown_table(["commit", "native calls seen", "each: layer charged, duration"], rows)
+    return (f"One iteration (the middle one of {records[0]['iterations']}) at N = {records[0]['num_envs']:,}, "
+            f"Python {records[0]['python']}, in the order the commits were made:\n\n{table}\n"
+            f"The jitted call (`_Kernels._rollout`, a `PjitFunction`) is first seen at {first}: before it the "
+            f"collector read the callable's `__module__`, which `jax.jit` copies from the function it wraps "
+            f"(the user's module), so the dispatch ran uncounted inside the caller's Python time.\n")
+
+
 TABLES: dict[str, Callable[[], str]] = {
+    "fig5_native_calls": fig5_native_calls,
     "fused_roofline_findings": fused_roofline_findings, "fused_inference_findings": fused_inference_findings,
     "fused_fp16_bound": fused_fp16_bound,
 }
