@@ -69,7 +69,9 @@ public:
     // How a classification is reused (rlscope.collect.python.cache_mode).
     enum CacheMode : int { kNotCached = 0, kByCallable = 1, kByType = 2, kByFunctionAndType = 3 };
 
-    Info lookup(PyObject *func) {
+    // ``arg0``: the call's first argument where the event gives one (sys.monitoring), else null;
+    // the Python side reads it only for a method that names no class of its own (nanobind's).
+    Info lookup(PyObject *func, PyObject *arg0) {
         Key key = key_of(func);
         auto it = cache_.find(key);
         if (it != cache_.end()) {
@@ -78,7 +80,8 @@ public:
             cache_.erase(it);
         }
         Info info;
-        nb::tuple result = nb::borrow<nb::tuple>(classify_(nb::handle(func)));  // (category, name id, mode)
+        nb::object first = arg0 ? nb::borrow(arg0) : nb::none();
+        nb::tuple result = nb::borrow<nb::tuple>(classify_(nb::handle(func), first));  // (category, name id, mode)
         info.category = nb::cast<int64_t>(result[0]);
         info.name = nb::cast<int64_t>(result[1]);
         int mode = nb::cast<int>(result[2]);
@@ -191,7 +194,7 @@ public:
     static PyObject *fast_on_call(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
         if (nargs < 3 || c->skip()) Py_RETURN_NONE;
-        Info info = c->lookup(args[2]);
+        Info info = c->lookup(args[2], nargs > 3 ? args[3] : nullptr);
         if (info.category == 0) return Py_NewRef(c->disable_.ptr());
         c->enter();
         Py_RETURN_NONE;
@@ -200,7 +203,7 @@ public:
     static PyObject *fast_on_c_return(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
         if (nargs >= 3 && !c->skip()) {
-            Info info = c->lookup(args[2]);
+            Info info = c->lookup(args[2], nargs > 3 ? args[3] : nullptr);
             if (info.category != 0) c->leave(info);
         }
         Py_RETURN_NONE;
@@ -210,7 +213,7 @@ public:
         if (what != PyTrace_C_CALL && what != PyTrace_C_RETURN && what != PyTrace_C_EXCEPTION) return 0;
         Collector *c = nb::inst_ptr<Collector>(nb::handle(self));
         if (c->skip()) return 0;
-        Info info = c->lookup(arg);
+        Info info = c->lookup(arg, nullptr);
         if (info.category == 0) return 0;
         if (what == PyTrace_C_CALL)
             c->enter();

@@ -105,7 +105,36 @@ def _name_of(func: Any) -> str:
     qualname = getattr(func, "__qualname__", None)
     if qualname and "pybind11" not in qualname:  # pybind11 qualnames name its internals
         return qualname
-    return getattr(func, "__name__", None) or type(func).__name__
+    name = getattr(func, "__name__", None)
+    if name:
+        return name
+    bound = getattr(func, "__self__", None)
+    owner = _owner_attribute(getattr(func, "__func__", None), bound) if bound is not None else None
+    return f"{owner[0].__qualname__}.{owner[1]}" if owner else type(func).__name__
+
+
+def _owner_attribute(descriptor: Any, instance: Any) -> tuple[type, str] | None:
+    """The class of ``instance``'s MRO that holds ``descriptor`` as an attribute, and its name.
+
+    A nanobind method (all of jaxlib's ArrayImpl methods) carries no module, name or class of
+    its own: on 3.12+ ``x.block_until_ready()`` reports the unbound ``nb_method`` with ``x`` as
+    the first argument, and a bound one is an ``nb_bound_method`` named after nothing. The class
+    that defines it is found from the instance; a descriptor belongs to one class, so the
+    answer can be cached per descriptor."""
+    if descriptor is None:
+        return None
+    for cls in type(instance).__mro__:
+        for attribute, value in vars(cls).items():
+            if value is descriptor:
+                return cls, attribute
+    return None
+
+
+def _anonymous_descriptor(func: Any) -> bool:
+    """A native callable that names no module, owner or bound object: only the instance it is
+    called on tells what it belongs to."""
+    return (not isinstance(getattr(func, "__module__", None), str) and getattr(func, "__objclass__", None) is None
+            and getattr(func, "__self__", None) is None and not isinstance(func, type))
 
 
 class TransitionCollector:
@@ -133,30 +162,31 @@ class TransitionCollector:
         self.first_unclassified = ""
 
     # Classification -------------------------------------------------------------------------
-    def _classify(self, func: Any) -> tuple[int, int] | None:
+    def _classify(self, func: Any, arg0: Any = None) -> tuple[int, int] | None:
         """(category, name id) for a target native callable, else None; cached per callable (a
-        method bound to an instance: per type and name; a callable instance: not cached)."""
+        method bound to an instance: per type and name; a callable instance: not cached).
+        ``arg0`` is the call's first argument where the event gives it (3.12+)."""
         if _cacheable(func):
             key = func
         elif hasattr(func, "__self__"):
             key = (type(func.__self__), getattr(func, "__name__", None))
         else:
-            return self._compute(func)
+            return self._compute(func, arg0)
         try:
             return self._cache[key]
         except KeyError:
             pass
         except TypeError:  # unhashable callable
-            return self._compute(func)
-        info = self._cache[key] = self._compute(func)
+            return self._compute(func, arg0)
+        info = self._cache[key] = self._compute(func, arg0)
         return info
 
-    def _classify_for_native(self, func: Any) -> tuple[int, int, int]:
+    def _classify_for_native(self, func: Any, arg0: Any = None) -> tuple[int, int, int]:
         """(category, name id, cache mode) for the native collector; category 0: not a target.
         The mode (``cache_mode``) tells it how to reuse the answer, also for a non-target: a
         call the native cache misses comes here, about a microsecond each way."""
         try:
-            info = self._compute(func)
+            info = self._compute(func, arg0)
             mode = cache_mode(func)
         except Exception as err:  # an odd callable must never break the profiled program: counted, said at stop
             self.unclassified += 1
@@ -164,12 +194,16 @@ class TransitionCollector:
             return 0, 0, CACHE_NOT
         return (0, 0, mode) if info is None else (info[0], info[1], mode)
 
-    def _compute(self, func: Any) -> tuple[int, int] | None:
+    def _compute(self, func: Any, arg0: Any = None) -> tuple[int, int] | None:
         if not _is_native(func):
             return None
         category = classify_module(_module_of(func), self.targets)
         if category is None:  # a target's callable object named after what it wraps (jax.jit's PjitFunction)
             category = classify_module(type(func).__module__, self.targets)
+        if category is None and arg0 is not None and _anonymous_descriptor(func):
+            owner = _owner_attribute(func, arg0)  # a nanobind method called on an instance (x.method())
+            if owner is not None and (category := classify_module(owner[0].__module__, self.targets)) is not None:
+                return int(category), self.writer.symbol(f"{owner[0].__qualname__}.{owner[1]}")
         if category is None:
             return None
         return int(category), self.writer.symbol(_name_of(func))
@@ -197,7 +231,7 @@ class TransitionCollector:
     def _on_call(self, code: Any, offset: int, func: Any, arg0: Any) -> Any:
         if self.paused or threading.get_ident() == self._ignored:
             return None
-        if self._classify(func) is None:
+        if self._classify(func, arg0) is None:
             return sys.monitoring.DISABLE
         self._enter()
         return None
@@ -205,7 +239,7 @@ class TransitionCollector:
     def _on_c_return(self, code: Any, offset: int, func: Any, arg0: Any) -> None:
         if self.paused or threading.get_ident() == self._ignored:
             return
-        info = self._classify(func)
+        info = self._classify(func, arg0)
         if info is not None:
             self._leave(info)
 
