@@ -53,3 +53,36 @@ def test_the_fused_kernels_precisions_and_recording_are_separate_lines_in_shades
     assert len(labels) == 3 and any("records the trajectory" in label for label in labels)
     lines = _lines(throughput_vs_envs(frame, {"scale": "full"}))
     assert len(lines) == 3 and len({colour for colour, _ in lines}) == 3
+
+
+def test_runs_of_two_sessions_are_never_averaged_at_one_point():
+    """A grid completed on a second host: its point at an N the first host also ran is drawn
+    apart (hollow, dotted), not averaged into the first host's line."""
+    from rlscope.plot.sessions import split_sessions
+
+    rows = [{"status": "ok", "backend": "cpp", "device": "cpu", "num_envs": n, "fused_steps": 1,
+             "samples_per_s": float(n), "session": "host A"} for n in (1, 64, 4096)]
+    rows += [{"status": "ok", "backend": "cpp", "device": "cpu", "num_envs": n, "fused_steps": 1,
+              "samples_per_s": float(n) * 2, "session": "host B"} for n in (4096, 65536)]
+    frame = pd.DataFrame(rows)
+    frame["curve"] = "cpp"
+    main, other = split_sessions(frame, "curve")
+    assert set(main["session"]) == {"host A"} and set(other["session"]) == {"host B"}
+    (ax,) = throughput_vs_envs(frame, {"scale": "full"}).axes
+    drawn = {(line.get_linestyle(), tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()
+             if len(line.get_xdata()) > 1}
+    assert ("-", (1, 64, 4096), (1.0, 64.0, 4096.0)) in drawn  # host A's line, its own values only
+    assert (":", (4096, 65536), (8192.0, 131072.0)) in drawn  # host B's, apart
+    assert any("another session" in text.get_text() for text in ax.get_legend().get_texts())
+
+
+def test_each_brax_pipeline_is_its_own_curve():
+    from rlscope.plot.datacollection import simulator_comparison
+
+    rows = [{"status": "ok", "environment": "ant", "brax_backend": pipeline, "num_envs": n, "device": "cuda",
+             "steps_per_s": float(n) * factor} for pipeline, factor in (("mjx", 1), ("spring", 3)) for n in (16, 256)]
+    (ax,) = simulator_comparison(pd.DataFrame(rows), {"scale": "full"}).axes
+    labels = {text.get_text() for text in ax.get_legend().get_texts()}
+    assert {"ant (mjx)", "ant (spring)"} <= labels
+    ys = sorted(tuple(line.get_ydata()) for line in ax.get_lines() if len(line.get_xdata()) > 1)
+    assert ys == [(16.0, 256.0), (48.0, 768.0)]  # not averaged together

@@ -17,6 +17,7 @@ from rlscope.analyze.caveats import CAVEAT, OVERCORRECTED
 from rlscope.analyze.shares import share_intervals
 from rlscope.plot.breakdown import INTERVAL_LABEL, STACK_ORDER, stack_intervals, stack_layers
 from rlscope.plot.render import note_skipped
+from rlscope.plot.sessions import draw_other_sessions, split_sessions
 from rlscope.plot.throughput import backend_label, backend_palette
 
 __all__ = ["breakdown_vs_fused_steps", "transitions_vs_fused_steps", "fusion_throughput", "fusion_speedup_grid",
@@ -177,14 +178,28 @@ def _lognorm(values: pd.Series) -> Any:
     return LogNorm(vmin=max(1, float(values.min())), vmax=max(2, float(values.max())))
 
 
+def _simulator_label(row: pd.Series) -> str:
+    """An environment, and for brax's the physics pipeline it ran on (MJX or brax's own): one
+    curve each, so pipelines are never averaged together."""
+    pipeline = row.get("brax_backend")
+    if row["environment"] == "cartpole" or not isinstance(pipeline, str):
+        return str(row["environment"])
+    return f"{row['environment']} ({pipeline})"
+
+
 def simulator_comparison(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Fig. 2: XLA simulation throughput vs N of brax environments next to CartPole."""
     ok = _ok(results)
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     if not ok.empty:
-        sns.lineplot(data=ok, x="num_envs", y="steps_per_s", hue="environment", style="environment", markers=True,
-                     dashes=False, errorbar="sd", ax=ax)
-        ax.legend(title="environment (JAX / XLA)", fontsize=8, title_fontsize=8)
+        ok["simulator"] = [_simulator_label(r) for _, r in ok.iterrows()]
+        main, other = split_sessions(ok, "simulator")
+        names = sorted(ok["simulator"].unique())
+        colors = dict(zip(names, sns.color_palette("colorblind", len(names)).as_hex()))
+        sns.lineplot(data=main, x="num_envs", y="steps_per_s", hue="simulator", style="simulator", markers=True,
+                     dashes=False, errorbar="sd", palette=colors, ax=ax)
+        ax.legend(title="environment (brax pipeline), on JAX / XLA", fontsize=8, title_fontsize=8)
+        draw_other_sessions(ax, other, "simulator", "num_envs", "steps_per_s", colors)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("parallel environments N")

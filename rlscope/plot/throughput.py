@@ -11,6 +11,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from rlscope.plot.render import note_skipped
+from rlscope.plot.sessions import draw_other_sessions, split_sessions
 
 __all__ = ["throughput_vs_envs", "backend_label", "backend_palette", "BACKEND_COLORS"]
 
@@ -67,12 +68,16 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
     ok = results[results["status"] == "ok"].copy()
     ok["implementation"] = ok.apply(backend_label, axis=1)
     style = None
+    ok["curve"] = ok["implementation"]
     if "fused_steps" in ok:
         ok["K"] = [f"K = {int(k)}" for k in ok["fused_steps"]]
+        ok["curve"] = ok["implementation"] + ", " + ok["K"]
         style = "K"
+    palette = backend_palette(ok)
+    main, other = split_sessions(ok, "curve")
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    sns.lineplot(data=ok, x="num_envs", y="samples_per_s", hue="implementation", style=style, markers=True,
-                 palette=backend_palette(ok), errorbar="sd", ax=ax)
+    sns.lineplot(data=main, x="num_envs", y="samples_per_s", hue="implementation", style=style, markers=True,
+                 palette=palette, errorbar="sd", ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("parallel environments N")
@@ -82,6 +87,8 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
     ax.set_title(f"CartPole data collection throughput vs N ({policy})\n{subtitle}", fontsize=10)
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="implementation (device); steps per call", fontsize=7, title_fontsize=8)
+    curve_colors = dict(zip(ok["curve"], ok["implementation"].map(palette)))
+    draw_other_sessions(ax, other, "curve", "num_envs", "samples_per_s", curve_colors)
     note_skipped(fig, results, "backend")
     fig.tight_layout()
     return fig
