@@ -30,6 +30,14 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(skip)
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _sb3_logs_in_the_session_s_directory(tmp_path_factory: pytest.TempPathFactory) -> None:
+    """Stable-Baselines3 makes a log folder for every model it trains (the system's temporary
+    directory, ``SB3-<time>``, unless SB3_LOGDIR says where): the tests' and their workloads' go
+    under pytest's own temporary directory, removed with it, not left in /tmp."""
+    os.environ.setdefault("SB3_LOGDIR", str(tmp_path_factory.mktemp("sb3-logs")))
+
+
 @pytest.fixture(autouse=True)
 def _in_repo(monkeypatch: pytest.MonkeyPatch) -> None:
     """Workloads are importable relative to the working directory, as when users run from the repo."""
