@@ -330,3 +330,42 @@ def test_a_bound_method_that_names_nothing_is_named_after_its_class() -> None:
     owner, attribute = _owner_attribute(method.__func__, x)
     assert attribute == "block_until_ready" and owner.__module__.startswith("jaxlib")
     assert _owner_attribute(method.__func__, 3) is None  # not an attribute of int's classes
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook does not report nanobind calls")
+@pytest.mark.parametrize("native", [True, False])
+def test_bound_nanobind_methods_keep_their_own_names(tmp_path: Path, native: bool) -> None:
+    """jaxlib's bound methods are all named "": two of them are two calls, each under its own
+    name, in the native collector and its Python twin alike."""
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.ones(3)
+
+    def workload() -> None:
+        wait, deleted = x.block_until_ready, x.is_deleted
+        for _ in range(3):
+            wait()
+        for _ in range(2):
+            deleted()
+
+    recorded = _recorded_calls(tmp_path / str(native), native, workload)
+    assert recorded.get("BACKEND:ArrayImpl.block_until_ready") == 3, recorded
+    assert recorded.get("BACKEND:ArrayImpl.is_deleted") == 2, recorded
+
+
+@pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook does not report nanobind calls")
+@pytest.mark.parametrize("native", [True, False])
+def test_a_nanobind_method_called_on_a_stranger_once_is_still_seen_on_its_own_objects(tmp_path: Path,
+                                                                                     native: bool) -> None:
+    """The method called on an object that does not hold it (a TypeError) says nothing of whose it
+    is: that miss is not remembered, so its calls on arrays are recorded afterwards."""
+    jnp = pytest.importorskip("jax.numpy")
+    x = jnp.ones(3)
+
+    def workload() -> None:
+        with pytest.raises(TypeError):
+            type(x).block_until_ready(1)
+        for _ in range(4):
+            x.block_until_ready()
+
+    recorded = _recorded_calls(tmp_path / str(native), native, workload)
+    assert recorded.get("BACKEND:ArrayImpl.block_until_ready") == 4, recorded

@@ -67,7 +67,9 @@ public:
     Collector &operator=(const Collector &) = delete;
 
     // How a classification is reused (rlscope.collect.python.cache_mode).
-    enum CacheMode : int { kNotCached = 0, kByCallable = 1, kByType = 2, kByFunctionAndType = 3 };
+    // kNever: a miss the next call may turn into a target (a nanobind method called on an object
+    // that does not hold it): nothing is remembered, not even weakly.
+    enum CacheMode : int { kNotCached = 0, kByCallable = 1, kByType = 2, kByFunctionAndType = 3, kNever = 4 };
 
     // ``arg0``: the call's first argument where the event gives one (sys.monitoring), else null;
     // the Python side reads it only for a method that names no class of its own (nanobind's).
@@ -85,6 +87,7 @@ public:
         info.category = nb::cast<int64_t>(result[0]);
         info.name = nb::cast<int64_t>(result[1]);
         int mode = nb::cast<int>(result[2]);
+        if (mode == kNever) return info;
         if (info.category == 0 && mode == kNotCached) mode = kByCallable;  // a non-target: remembered weakly
         if (PyCFunction_Check(func)) {
             keep(key.owner);  // its address stays its own

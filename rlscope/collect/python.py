@@ -130,6 +130,13 @@ def _owner_attribute(descriptor: Any, instance: Any) -> tuple[type, str] | None:
     return None
 
 
+def _unsettled(func: Any, arg0: Any) -> bool:
+    """Whether a callable that classified as no target might be one when called on another
+    instance: a native method that names nothing of its own, called on something that does not
+    hold it (``type(x).method(1)``). Such a miss is not remembered."""
+    return _is_native(func) and _anonymous_descriptor(func) and (arg0 is None or _owner_attribute(func, arg0) is None)
+
+
 def _anonymous_descriptor(func: Any) -> bool:
     """A native callable that names no module, owner or bound object: only the instance it is
     called on tells what it belongs to."""
@@ -169,7 +176,8 @@ class TransitionCollector:
         if _cacheable(func):
             key = func
         elif hasattr(func, "__self__"):
-            key = (type(func.__self__), getattr(func, "__name__", None))
+            # nanobind's bound methods all have the name "": keyed by the function they bind
+            key = (type(func.__self__), getattr(func, "__func__", None) or getattr(func, "__name__", None))
         else:
             return self._compute(func, arg0)
         try:
@@ -178,7 +186,9 @@ class TransitionCollector:
             pass
         except TypeError:  # unhashable callable
             return self._compute(func, arg0)
-        info = self._cache[key] = self._compute(func, arg0)
+        info = self._compute(func, arg0)
+        if info is not None or not _unsettled(func, arg0):
+            self._cache[key] = info
         return info
 
     def _classify_for_native(self, func: Any, arg0: Any = None) -> tuple[int, int, int]:
@@ -187,7 +197,7 @@ class TransitionCollector:
         call the native cache misses comes here, about a microsecond each way."""
         try:
             info = self._compute(func, arg0)
-            mode = cache_mode(func)
+            mode = CACHE_NEVER if info is None and _unsettled(func, arg0) else cache_mode(func)
         except Exception as err:  # an odd callable must never break the profiled program: counted, said at stop
             self.unclassified += 1
             self.first_unclassified = self.first_unclassified or f"{type(func).__name__}: {type(err).__name__}: {err}"
@@ -400,8 +410,9 @@ class TransitionCollector:
                           stacklevel=2)
 
 
-# How the native collector may reuse a callable's classification (csrc/python/transitions.hpp).
-CACHE_NOT, CACHE_CALLABLE, CACHE_TYPE, CACHE_FUNCTION_AND_TYPE = 0, 1, 2, 3
+# How the native collector may reuse a callable's classification (csrc/python/transitions.hpp):
+# CACHE_NOT still remembers a non-target (weakly, per callable); CACHE_NEVER remembers nothing.
+CACHE_NOT, CACHE_CALLABLE, CACHE_TYPE, CACHE_FUNCTION_AND_TYPE, CACHE_NEVER = 0, 1, 2, 3, 4
 
 
 def cache_mode(func: Any) -> int:
@@ -411,8 +422,11 @@ def cache_mode(func: Any) -> int:
     for every ``jnp`` operation); per underlying function and type of the bound object, for a
     bound method made anew at every call (nanobind's ``nb_bound_method``, all of jaxlib's
     methods); else not at all (``functools.partial`` and other instances with a ``__dict__``).
-    Classification reads only ``__objclass__``, ``__module__``, ``__self__``, ``__qualname__``
-    and ``__name__``, so these keys decide it."""
+    Classification reads ``__objclass__``, ``__module__``, ``__self__``, ``__qualname__`` and
+    ``__name__``, so these keys decide it; and for a native method that names none of them
+    (nanobind's, called as ``x.method()``), the class of the call's first argument that holds it:
+    one class per method object, so per callable still decides it. A miss that another first
+    argument could turn into a target is not remembered at all (``_unsettled``: CACHE_NEVER)."""
     if _cacheable(func):
         return CACHE_CALLABLE
     bound = getattr(func, "__self__", None)
