@@ -8,23 +8,15 @@ here, every measured number in them is read from the case study's ``results.csv`
 
 from __future__ import annotations
 
-import sys
 from collections.abc import Callable
-from pathlib import Path
 
 import pandas as pd
 
-from tables_common import FRAMEWORK_LABELS, H100
+from experiments.casestudies.sb3_train import HYPERPARAMETERS, steps_per_iteration
+from tables_common import (FRAMEWORK_LABELS, LAYER_GROUPS, env_steps_per_iteration, group_shares, max_spread,
+                           ok_results, span)
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiments.casestudies.sb3_train import HYPERPARAMETERS  # noqa: E402
-
-_GROUPS = {"Python": ["Python"], "Backend": ["Backend"], "CUDA API": ["CUDA API"], "GPU": ["CPU + GPU", "GPU"]}
-
-
-def _ok(name: str) -> pd.DataFrame:
-    frame = pd.read_csv(H100 / name / "results.csv")
-    return frame[frame["status"] == "ok"]
+_GROUPS = {**{k: v for k, v in LAYER_GROUPS.items() if k != "GPU busy"}, "GPU": LAYER_GROUPS["GPU busy"]}
 
 
 def _runs(rows: pd.DataFrame) -> pd.DataFrame:
@@ -53,55 +45,52 @@ def _per_step(rows: pd.DataFrame) -> Callable[..., float]:
         picked = rows[rows["transition"] == transition]
         if operation is not None:
             picked = picked[picked["operation"] == operation]
-        per_step = picked["per_iteration"] / (picked["timesteps"] / picked["iterations"])
+        per_step = picked["per_iteration"] / env_steps_per_iteration(picked)
         per_rep = per_step.groupby(picked["repetition"]).sum()
         return float(per_rep.reindex(rows["repetition"].unique(), fill_value=0).mean())
     return count
 
 
-def _span(values: "pd.Series | list[float]", form: str = "{:.0f}") -> str:
-    """``low-high`` of the values, or the one value where they print the same."""
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}-{high}"
-
-
-def _max_spread(rows: pd.DataFrame, key: str) -> float:
-    """The largest difference between repetitions of any operation's or layer's share (points)."""
-    spreads = []
-    for _, mine in rows.groupby(key):
-        for column in ("operation", "layer"):
-            shares = mine.groupby(["repetition", column])["seconds"].sum().unstack(fill_value=0)
-            shares = shares.div(shares.sum(axis=1), axis=0) * 100
-            spreads.append(float((shares.max() - shares.min()).max()))
-    return max(spreads)
+def _survey_spread(rows: pd.DataFrame, key: str) -> float:
+    """The largest "max spread" of the survey table's rows (``results_tables._survey``): per value
+    of ``key``, the largest difference between repetitions of any of the table's shares."""
+    return max(max_spread(pd.DataFrame([group_shares(rep, "seconds") for _, rep in mine.groupby("repetition")]))
+               for _, mine in rows.groupby(key))
 
 
 def case_study_runs() -> str:
     """How much was run, how long it took, and how stable the shares were."""
-    algorithms, simulators = _ok("algorithm_choice"), _ok("simulator_choice")
-    a_rows, s_rows = (d[d["table"] == "breakdown"] for d in (algorithms, simulators))
+    a_rows, s_rows = (d[d["table"] == "breakdown"] for d in (ok_results("algorithm_choice"),
+                                                              ok_results("simulator_choice")))
     a_runs, s_runs = _runs(a_rows), _runs(s_rows)
-    off_policy = a_runs[a_runs["algorithm"].isin(["sac", "td3", "ddpg"])]
+    made = a_runs["iterations"] * env_steps_per_iteration(a_runs)
+    longer = a_runs[made > a_runs["timesteps"]]
+    off_policy = a_runs[a_runs["algorithm"].map(steps_per_iteration) == 1]
     steps, starts = int(off_policy["timesteps"].iloc[0]), int(off_policy["learning_starts"].iloc[0])
     rollouts = int(s_runs["iterations"].iloc[0])
-    per_rollout = int(s_runs["timesteps"].iloc[0] / rollouts)
-    gpu_alone = pd.concat([a_rows, s_rows])
-    gpu_alone = gpu_alone[gpu_alone["layer"] == "GPU"].groupby(["run_id", "repetition"])["share"].sum()
-    spread = max(_max_spread(a_rows, "algorithm"), _max_spread(s_rows, "env"))
-    return (f"Full scale as run: {steps:,} environment steps per algorithm (off-policy: {starts:,} random steps, "
-            f"then {steps - starts:,} steps with one gradient step each), {int(s_runs['timesteps'].iloc[0]):,} per "
-            f"simulator ({rollouts} PPO rollouts of {per_rollout}), {a_runs['repetition'].nunique()} repetitions each, "
-            f"one environment (`DummyVecEnv`), device `cuda`. That was the largest that fit a session's device time: "
-            f"the runs of algorithm choice took {a_runs['run_seconds'].sum():.0f} s on the H100, those of simulator "
-            f"choice {s_runs['run_seconds'].sum() / 60:.1f} minutes. \"Max spread\" is the largest difference between "
-            f"the repetitions of any share in the row: every share was stable to {spread:.1f} points or better. The "
-            f"GPU alone, with the CPU waiting on nothing (the `GPU` layer), was "
-            f"{(gpu_alone.max() if len(gpu_alone) else 0.0) * 100:.1f}% of training at most in any run.\n")
+    per_rollout = int(env_steps_per_iteration(s_runs).iloc[0])
+    rounded = "; ".join(f"{r.algorithm.upper()} makes {m:,} in whole rollouts of {m // r.iterations:,}"
+                        for r, m in zip(longer.drop_duplicates("algorithm").itertuples(),
+                                        made[longer.drop_duplicates("algorithm").index]))
+    both = pd.concat([a_rows, s_rows])
+    gpu_alone = both[both["layer"] == "GPU"].groupby(["run_id", "repetition"])["share"].sum()
+    alone = (f"at most {gpu_alone.max() * 100:.1f}% of training in any run" if len(gpu_alone)
+             else "never seen: no run has a row of the `GPU` layer")
+    spread = max(_survey_spread(a_rows, "algorithm"), _survey_spread(s_rows, "env"))
+    return (f"Full scale as run: {steps:,} environment steps asked per algorithm"
+            f"{f' ({rounded})' if rounded else ''}; off-policy: {starts:,} random steps, then "
+            f"{steps - starts:,} steps with one gradient step each; {int(s_runs['timesteps'].iloc[0]):,} per "
+            f"simulator ({rollouts} PPO rollouts of {per_rollout}); {a_runs['repetition'].nunique()} repetitions "
+            f"each, one environment (`DummyVecEnv`), device `cuda`. That was the largest that fit a session's device "
+            f"time: the runs of algorithm choice took {a_runs['run_seconds'].sum():.0f} s on the H100, those of "
+            f"simulator choice {s_runs['run_seconds'].sum() / 60:.1f} minutes. \"Max spread\" is the largest "
+            f"difference between the repetitions of any share in the row: every share was stable to {spread:.1f} "
+            f"points or better. The GPU alone, with the CPU waiting on nothing (the `GPU` layer), was {alone}.\n")
 
 
 def algorithm_findings() -> str:
     """Why the algorithm and simulator surveys differ from the paper, from their own numbers."""
-    data = _ok("algorithm_choice")
+    data = ok_results("algorithm_choice")
     breakdown, moves = data[data["table"] == "breakdown"], data[data["table"] == "transitions"]
 
     def of(algorithm: str) -> tuple[Callable[..., float], Callable[..., float]]:
@@ -114,7 +103,7 @@ def algorithm_findings() -> str:
     (ppo_share, ppo_moves), (a2c, _), (sac, sac_moves) = of("ppo"), of("a2c"), of("sac")
     calls, kernels = ppo_moves("Python->Backend", "backpropagation"), ppo_moves("GPU kernels", "backpropagation")
     sac_kernels = sac_moves("GPU kernels")
-    simulators = _ok("simulator_choice")
+    simulators = ok_results("simulator_choice")
     sim_moves = simulators[simulators["table"] == "transitions"]
     ale = _per_step(sim_moves[sim_moves["env"].str.startswith("ALE/")])("Python->Simulator")
     mujoco = sim_moves[~sim_moves["env"].str.startswith("ALE/") & (sim_moves["transition"] == "Python->Simulator")]
@@ -141,7 +130,7 @@ def algorithm_findings() -> str:
         f"on a 2025 GPU: the GPU got faster, the launch path did not.",
         f"- **Pong's simulation is expensive here**: {ale:.0f} calls into the ALE per environment step (frame "
         f"skip 4, each frame's `act` and the screen reads of SB3's `AtariWrapper`), against "
-        f"{_span(mujoco_calls)} for MuJoCo's environments. The paper's note attributes "
+        f"{span(mujoco_calls, '{:.0f}')} for MuJoCo's environments. The paper's note attributes "
         f"Pong's difference to the atari-py version; ale-py 0.12's Python-level API makes many more calls than one "
         f"fused step.",
         f"- **Where SB3's data-collection glue lands**: for off-policy algorithms `inference` is `policy.predict` "
@@ -155,15 +144,17 @@ def algorithm_findings() -> str:
 
 def framework_findings() -> str:
     """What rlscope's layers add to the framework comparison, per iteration (environment step)."""
-    data = _ok("RL_framework_comparison")
+    data = ok_results("RL_framework_comparison")
     breakdown = data[data["table"] == "breakdown"]
 
     def ms(framework: str, operation: str, layers: list[str] | None = None, algorithm: str = "td3") -> float:
+        """Milliseconds per iteration in that operation (and layers), mean over repetitions."""
         rows = breakdown[(breakdown["algorithm"] == algorithm) & (breakdown["framework"] == framework)
                          & (breakdown["operation"] == operation)]
         if layers is not None:
             rows = rows[rows["layer"].isin(layers)]
-        return float(rows["seconds"].sum() / rows["iterations"].iloc[0] * 1e3) if len(rows) else 0.0
+        per_rep = (rows["seconds"] / rows["iterations"]).groupby(rows["repetition"]).sum()
+        return float(per_rep.mean() * 1e3) if len(rows) else 0.0
 
     back = "backpropagation"
     runs = _runs(breakdown)
@@ -194,7 +185,7 @@ def framework_findings() -> str:
 
 def scale_up_findings() -> str:
     """nvidia-smi against the true GPU-bound time, and where the added actors' time goes."""
-    data = _ok("scale_up")
+    data = ok_results("scale_up")
     gpu, breakdown = data[data["table"] == "gpu"], data[data["table"] == "breakdown"]
     measure = gpu.pivot_table(index="workers", columns="measure", values="percent")
     samples = gpu.pivot_table(index="workers", columns="measure", values="samples")
@@ -211,17 +202,17 @@ def scale_up_findings() -> str:
 
     inflation = smi / bound
     return "\n".join([
-        f"(NVML samples: {_span(samples['nvidia-smi utilization.gpu'])} per run in the window; the GPU-bound share "
-        f"is over "
+        f"(NVML samples: {span(samples['nvidia-smi utilization.gpu'], '{:.0f}')} per run in the window; the "
+        f"GPU-bound share is over "
         f"{samples['GPU-bound (kernels+copies)'].min() / 1e6:.2f} million kernel and copy intervals per run. One "
         f"run per M. Data `h100/scale_up/results.csv`.)",
         "",
         "![scale-up: per-process breakdown](casestudies/scale_up_breakdown.png)",
         "",
-        f"- **nvidia-smi inflates GPU use {_span(inflation, '{:.1f}')}x** (the table's last column; the "
-        f"`utilisation-inflated` claim takes its smallest): it reports the GPU busy {_span(smi, '{:.1f}')}% of the "
+        f"- **nvidia-smi inflates GPU use {span(inflation, '{:.1f}')}x** (the table's last column; the "
+        f"`utilisation-inflated` claim takes its smallest): it reports the GPU busy {span(smi, '{:.1f}')}% of the "
         f"time at every M, while kernels and copies of all {fewest + 1}-{most + 1} processes together cover "
-        f"{_span(bound, '{:.1f}')}% of it, and GPM's SM "
+        f"{span(bound, '{:.1f}')}% of it, and GPM's SM "
         f"utilisation (how much of the GPU those kernels occupy) is at most {gpm.max():.1f}%. RL-Scope's finding "
         f"holds.",
         f"- **Adding actors does not add GPU work; it adds waiting.** CUDA API calls in the actors' inference take "
@@ -231,7 +222,7 @@ def scale_up_findings() -> str:
         f"{first['worker_steps_per_s'][most] / first['worker_steps_per_s'][fewest]:.1f}x for {most // fewest}x the "
         f"processes and the learner's update rate falls "
         f"{first['learner_updates_per_s'][fewest] / first['learner_updates_per_s'][most]:.1f}x. The GPU-bound share "
-        f"stays at {_span(bound, '{:.1f}')}%. This is consistent with the GPU time-slicing between the "
+        f"stays at {span(bound, '{:.1f}')}%. This is consistent with the GPU time-slicing between the "
         f"processes' CUDA contexts (no MPS here), so that every tiny launch-and-synchronise waits for other "
         f"processes' slices; it was not separately measured.",
     ]) + "\n"

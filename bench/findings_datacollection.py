@@ -13,18 +13,13 @@ from collections.abc import Callable
 import pandas as pd
 
 from fused_inference import TRAJECTORY_BYTES, UNFUSED as _UNFUSED_BENCH
-from tables_common import DATACOLLECTION, H100, markdown_table, read_jsonl, short_sci
+from tables_common import DATACOLLECTION, H100, markdown_table, read_jsonl, short_sci, span
 
 _UNFUSED_MANIFEST = ("jax", "torch_graph", "cuda")
 
 
 def _log2(n: int) -> str:
     return f"2^{n.bit_length() - 1}"
-
-
-def _span(values: "pd.Series | list[float]", form: str) -> str:
-    low, high = form.format(min(values)), form.format(max(values))
-    return low if low == high else f"{low}–{high}"
 
 
 def fused_roofline_findings() -> str:
@@ -35,7 +30,7 @@ def fused_roofline_findings() -> str:
     unfused = records["unfused"]
     return (f"The fused kernel is issue-bound, not FP32-bound: integer work (random bits, reset draws, the episode "
             f"counter) and warp divergence take the slots. Issued lane-slots exceed thread instructions by "
-            f"{_span(divergence, '{:.1f}')} per step because a warp runs the reset branch whenever any of its 32 "
+            f"{span(divergence, '{:.1f}')} per step because a warp runs the reset branch whenever any of its 32 "
             f"environments resets. The unfused kernel against memory: ncu measured "
             f"{unfused['dram_bytes_per_step']:.1f} DRAM bytes per env-step ({unfused['counted_bytes_per_step']} "
             f"counted: state, episode length, two RNG words and the episode counter, each read and written) and it "
@@ -67,6 +62,7 @@ def fused_inference_findings() -> str:
     manifest = pd.read_csv(H100 / "fused_inference" / "results.csv")
     manifest = manifest[manifest["status"] == "ok"]
     runs = manifest.drop_duplicates(["run_id", "repetition"])
+    repetitions = manifest["repetition"].nunique()
     per_run = manifest.groupby(["backend", "precision", "record", "num_envs"], dropna=False)["samples_per_s"].median()
     fp16 = per_run.xs(("cuda_fused_policy", "fp16", False), level=("backend", "precision", "record"))
     unfused = manifest[manifest["backend"].isin(_UNFUSED_MANIFEST)].groupby(["num_envs", "backend"])[
@@ -81,20 +77,20 @@ def fused_inference_findings() -> str:
     biggest = median.index.max()
     met = "met" if target.min() >= 10 else "not met"
     return "\n".join([
-        f"Round-to-round spread (max − min over the median) was {_span(spread.loc[large, fused_cols].max(), '{:.1%}')} "
+        f"Round-to-round spread (max − min over the median) was {span(spread.loc[large, fused_cols].max(), '{:.1%}')} "
         f"for the statistics-only fused kernels at N ≥ 2^16, and up to "
         f"{spread.loc[small, 'fused fp16 + trajectory'].max():.0%} "
         f"for the trajectory mode at N < 2^16, where a launch lasts a few milliseconds.",
         "",
         f"- **Target ≥ 10× the best unfused peer at N ≥ 2^16 (argmax, statistics only): {met}**, "
-        f"{_span(target, '{:.1f}x')}; the best unfused peer is {' and '.join(names[b] for b in best_name)} there. "
-        f"The manifest (each configuration in its own process, {manifest['repetition'].nunique()} repetitions, "
-        f"{len(runs)} runs in {runs['run_seconds'].sum():.0f} s; `h100/fused_inference/results.csv`, figure below) "
+        f"{span(target, '{:.1f}x')}; the best unfused peer is {' and '.join(names[b] for b in best_name)} there. "
+        f"The manifest (each configuration in its own process, {runs['run_id'].nunique()} runs × {repetitions} "
+        f"repetitions in {runs['run_seconds'].sum():.0f} s; `h100/fused_inference/results.csv`, figure below) "
         f"gives {manifest_ratios} at {at}.",
         f"- **With a T = 128 trajectory buffer** (obs, action, reward, done: {TRAJECTORY_BYTES} bytes per env-step) "
-        f"the kernel stores {_span(stored, '{:.0f}')} GB/s at N ≥ 2^16, {_span(stored / copy, '{:.0%}')} of what a "
+        f"the kernel stores {span(stored, '{:.0f}')} GB/s at N ≥ 2^16, {span(stored / copy, '{:.0%}')} of what a "
         f"device-to-device copy writes ({copy:,.0f} GB/s, half of `compare_h100.jsonl`'s read-and-write rate). "
-        f"Storing is not what limits it: it runs at {_span(of_statistics, '{:.0%}')} of the statistics-only rate.",
+        f"Storing is not what limits it: it runs at {span(of_statistics, '{:.0%}')} of the statistics-only rate.",
         f"- **fp32 fused** ({short_sci(median.loc[biggest, 'fused fp32'])} at {_log2(int(biggest))}) is "
         f"{median.loc[biggest, 'fused fp32'] / median.loc[biggest, 'jax scan']:.2f}x JAX's `lax.scan`.",
     ]) + "\n"
@@ -126,9 +122,8 @@ def fig5_native_calls() -> str:
     rows = []
     for record in records:
         calls = "; ".join(f"`{c['name']}` ({c['layer']}, {c['ns'] / 1e3:,.1f} µs)" for c in record["calls"])
-        step = record["step_ns"] / 1e6
-        rows.append([f"`{record['commit'][:7]}`", f"{step:.1f}", len(record["calls"]), calls])
-    table = markdown_table(["commit", "iteration (ms)", "native calls seen", "each: layer charged, duration"], rows)
+        rows.append([f"`{record['commit'][:7]}`", len(record["calls"]), calls])
+    table = markdown_table(["commit", "native calls seen", "each: layer charged, duration"], rows)
     first_seen = []
     for name in (c["name"] for c in records[-1]["calls"]):
         if any(c["name"] == name for c in records[0]["calls"]):

@@ -15,7 +15,6 @@ import re
 import sys
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -28,28 +27,14 @@ import tables_overhead
 import tables_profiler
 import tables_sampled
 from fused_inference import UNFUSED
-from tables_common import DATACOLLECTION, FRAMEWORK_LABELS, H100, RESULTS, markdown_table, read_jsonl, short_sci
+from tables_common import (DATACOLLECTION, FRAMEWORK_LABELS, H100, LAYER_GROUPS, OPERATION_GROUPS, RESULTS,
+                           env_steps_per_iteration, group_shares, in_order, markdown_table, max_spread, ok_results,
+                           read_jsonl, short_sci)
 
 _BLOCK = re.compile(r"(<!-- table: (?P<name>[\w-]+) -->\n)(?P<body>.*?)(<!-- /table -->)", re.S)
 
 
-def _ok(name: str) -> pd.DataFrame:
-    frame = pd.read_csv(H100 / name / "results.csv")
-    return frame[frame["status"] == "ok"]
-
-
-def _in_order(values: pd.Series) -> list[Any]:
-    """Distinct values in the order the runs were made (the manifest's grid order)."""
-    return list(dict.fromkeys(values))
-
-
 # -- RL-Scope case studies ------------------------------------------------------------------
-
-_OPERATIONS = {"inference": "inference", "simulation": "simulation", "backpropagation": "backpropagation",
-               "(unannotated)": "outside"}
-_LAYERS = {"Python": ["Python"], "Backend": ["Backend"], "Simulator": ["Simulator"], "CUDA API": ["CUDA API"],
-           "GPU busy": ["CPU + GPU", "GPU"]}
-
 
 def _survey(name: str, key: str, label: Callable[[str], str]) -> str:
     """Per algorithm or simulator: training time, speed and the shares (%) of training per
@@ -64,63 +49,41 @@ def _survey(name: str, key: str, label: Callable[[str], str]) -> str:
     corrected rows (OVERCORRECTED: the calibration's costs exceed what was measured)."""
     from rlscope.analyze.caveats import OVERCORRECTED
 
-    data = _ok(name)
+    data = ok_results(name)
     rows = data[data["table"] == "breakdown"]
     corrected_any = False
     rows_out, notes = [], []
-    for value in _in_order(rows[key]):
+    for value in in_order(rows[key]):
         mine = rows[rows[key] == value]
         first = mine.groupby("repetition").first()
-        raw = pd.DataFrame([_group_shares(rep, "seconds") for _, rep in mine.groupby("repetition")])
+        raw = pd.DataFrame([group_shares(rep, "seconds") for _, rep in mine.groupby("repetition")])
         cells = [f"{raw[c].mean():.1f}" for c in raw.columns]
         rows_out.append([label(value), "as profiled", f"{first['training_s'].mean():.1f}",
-                         f"{first['steps_per_s'].mean():.0f}", *cells, f"{_spread(raw):.1f}"])
+                         f"{first['steps_per_s'].mean():.0f}", *cells, f"{max_spread(raw):.1f}"])
         if not _is_corrected(mine):
             continue
         corrected_any = True
-        per_rep = [_group_shares(rep, c) for _, rep in mine.groupby("repetition")
+        per_rep = [group_shares(rep, c) for _, rep in mine.groupby("repetition")
                    for c in ("corrected_seconds", "corrected_low_seconds", "corrected_high_seconds")]
         point, low, high = (pd.DataFrame(per_rep[i::3]) for i in range(3))
         seconds = first["corrected_training_s"]
         rows_out.append([label(value), "corrected [low–high]", f"{seconds.mean():.1f}",
                          f"{(first['timesteps'] / seconds).mean():.0f}",
                          *(f"{point[c].mean():.1f} [{low[c].mean():.1f}–{high[c].mean():.1f}]" for c in point.columns),
-                         f"{_spread(point):.1f}"])
+                         f"{max_spread(point):.1f}"])
         caveats = mine.get("caveat", pd.Series(dtype=object)).dropna().astype(str)
         where = mine.loc[caveats.index[caveats.str.contains(OVERCORRECTED, regex=False)]]
         if not where.empty:
-            places = ", ".join(_in_order(f"{_OPERATIONS.get(o, o)} {lay}" for o, lay in zip(where["operation"],
+            places = ", ".join(in_order(f"{OPERATION_GROUPS.get(o, o)} {lay}" for o, lay in zip(where["operation"],
                                                                                            where["layer"])))
             notes.append(f"{label(value)} ({places}): {OVERCORRECTED}")
-    head = [key if key != "env" else "environment", "shares", "training (s)", "env steps/s", *_OPERATIONS.values(),
-            *_LAYERS, "max spread"]
+    head = [key if key != "env" else "environment", "shares", "training (s)", "env steps/s", *OPERATION_GROUPS.values(),
+            *LAYER_GROUPS, "max spread"]
     if not corrected_any:  # no run was corrected: the table as it always was
         return markdown_table([h for h in head if h != "shares"], [r[:1] + r[2:] for r in rows_out])
-    plain = [label(v) for v in _in_order(rows[key]) if not _is_corrected(rows[rows[key] == v])]
+    plain = [label(v) for v in in_order(rows[key]) if not _is_corrected(rows[rows[key] == v])]
     note = f"\nAs profiled only (no calibration on the machine that ran them): {', '.join(plain)}." if plain else ""
     return markdown_table(head, rows_out) + note + "".join(f"\n\n{n}" for n in notes) + ("\n" if note or notes else "")
-
-
-def _group_shares(rep: pd.DataFrame, column: str) -> dict[str, float]:
-    """One repetition's share (%) of each operation and layer group in ``column``'s seconds; for
-    a corrected bound (``corrected_low_seconds`` or ``corrected_high_seconds``) the bound of the
-    group's share: the group at that end against the rest at the other end."""
-    from rlscope.analyze.shares import share_intervals
-
-    bound = {"corrected_low_seconds": "low", "corrected_high_seconds": "high"}.get(column)
-    groups = {out: rep["operation"] == op for op, out in _OPERATIONS.items()}
-    groups.update({out: rep["layer"].isin(layers) for out, layers in _LAYERS.items()})
-    out = {}
-    for name, mask in groups.items():
-        if bound is None:
-            out[name] = rep.loc[mask, column].sum() / rep[column].sum() * 100
-            continue
-        parts = {c: pd.Series([rep.loc[mask, c].sum(), rep.loc[~mask, c].sum()])
-                 for c in ("corrected_seconds", "corrected_low_seconds", "corrected_high_seconds")}
-        shares = share_intervals(parts["corrected_seconds"], parts["corrected_low_seconds"],
-                                 parts["corrected_high_seconds"])
-        out[name] = float(shares[1 if bound == "low" else 2].iloc[0]) * 100
-    return out
 
 
 def _is_corrected(rows: pd.DataFrame) -> bool:
@@ -128,20 +91,16 @@ def _is_corrected(rows: pd.DataFrame) -> bool:
     return "corrected_seconds" in rows and bool(rows["corrected_seconds"].notna().all())
 
 
-def _spread(shares: pd.DataFrame) -> float:
-    return float((shares.max() - shares.min()).max())
-
-
 def _survey_transitions(name: str, key: str, label: Callable[[str], str]) -> str:
     """Transitions per environment step (all operations), mean over repetitions."""
-    data = _ok(name)
+    data = ok_results(name)
     rows = data[data["table"] == "transitions"]
     kinds = ["Python->Backend", "Backend->CUDA", "GPU kernels", "Python->Simulator"]
     out = []
-    for value in _in_order(rows[key]):
+    for value in in_order(rows[key]):
         mine = rows[rows[key] == value]
-        steps_per_iteration = mine["timesteps"] / mine["iterations"]
-        per_step = (mine["per_iteration"] / steps_per_iteration).groupby([mine["repetition"], mine["transition"]]).sum()
+        per_step = (mine["per_iteration"] / env_steps_per_iteration(mine)).groupby(
+            [mine["repetition"], mine["transition"]]).sum()
         mean = per_step.groupby(level="transition").mean()
         out.append([label(value), *(f"{mean.get(kind, 0.0):.1f}" for kind in kinds)])
     return markdown_table([key if key != "env" else "environment", *kinds], out)
@@ -168,7 +127,7 @@ def framework_speed() -> str:
     speed-up over eager SB3 as the ratio of medians [range of the per-round ratios]."""
     data = pd.read_csv(RESULTS / "casestudies" / "framework_speed_h100.csv")
     out = []
-    for algorithm in _in_order(data["algorithm"]):
+    for algorithm in in_order(data["algorithm"]):
         mine = data[data["algorithm"] == algorithm].pivot(index="round", columns="framework", values="learn_s")
         cells = [f"{mine[f].median():.2f} [{mine[f].min():.2f}, {mine[f].max():.2f}]" for f in FRAMEWORK_LABELS]
         for other in ("sb3_compile", "sbx"):
@@ -184,10 +143,10 @@ def framework_breakdown() -> str:
     """Per algorithm and framework, per iteration (one environment step): the whole time, the
     backpropagation's time (all layers, then Python / Backend / CUDA API / GPU busy), and its
     transitions."""
-    data = _ok("RL_framework_comparison")
+    data = ok_results("RL_framework_comparison")
     breakdown, transitions = data[data["table"] == "breakdown"], data[data["table"] == "transitions"]
     out = []
-    for algorithm in _in_order(data["algorithm"]):
+    for algorithm in in_order(data["algorithm"]):
         for framework, name in FRAMEWORK_LABELS.items():
             rows = breakdown[(breakdown["algorithm"] == algorithm) & (breakdown["framework"] == framework)]
             if rows.empty:
@@ -220,10 +179,10 @@ def _counter(moves: pd.DataFrame) -> Callable[[str, str], str]:
 def scale_up() -> str:
     """Per number of actors: nvidia-smi's utilisation, GPM's SM utilisation and the true
     GPU-bound share (union of all processes' kernels and copies), and throughput."""
-    data = _ok("scale_up")
+    data = ok_results("scale_up")
     gpu = data[data["table"] == "gpu"]
     out = []
-    for workers in _in_order(gpu["workers"]):
+    for workers in in_order(gpu["workers"]):
         mine = gpu[gpu["workers"] == workers].set_index("measure")["percent"]
         smi, bound = mine["nvidia-smi utilization.gpu"], mine["GPU-bound (kernels+copies)"]
         first = gpu[gpu["workers"] == workers].iloc[0]
@@ -327,7 +286,7 @@ def figure_runs() -> str:
         others = runs.loc[runs["status"] != "ok", "status"].value_counts()
         ended = ", ".join(f"{n} {status}" for status, n in others.items())
         seconds = f"{runs['run_seconds'].sum():,.0f}" if "run_seconds" in runs else "—"
-        sessions = "; ".join(_in_order(data["session"])) if "session" in data else "one (`h100/README.md`)"
+        sessions = "; ".join(in_order(data["session"])) if "session" in data else "one (`h100/README.md`)"
         out.append([figure, f"`{name}`", f"[`{experiment}`](h100/{experiment}/results.csv)",
                     f"{len(ok)} of {len(runs)}" + (f" ({ended})" if ended else ""), seconds, sessions])
     return markdown_table(["figure", "figure file", "results", "runs x repetitions finished", "seconds of runs",
@@ -338,7 +297,7 @@ def brax_throughput() -> str:
     """Fig. 2: env-steps/s of CartPole and the brax environments on MJX (K = 10), median of
     repetitions, per N, and CartPole over ant; from one session (the one that ran all three
     environments at most N), since rates of two machines are not compared."""
-    data = _ok("simulator_comparison")
+    data = ok_results("simulator_comparison")
     mjx = data[(data["environment"] == "cartpole") | (data["brax_backend"] == "mjx")]
     if "session" in mjx:
         complete = mjx.groupby(["session", "num_envs"])["environment"].nunique().eq(3).groupby(level="session").sum()

@@ -13,6 +13,7 @@ sys.path.insert(0, str(REPO / "bench"))
 
 import reliability_page  # noqa: E402
 import results_tables  # noqa: E402
+import tables_common  # noqa: E402
 
 
 def test_the_reliability_page_is_generated_from_its_data() -> None:
@@ -83,7 +84,7 @@ def test_a_corrected_run_shows_its_corrected_shares_beside_the_raw_ones(tmp_path
 
     (tmp_path / "algorithm_choice").mkdir()
     pd.DataFrame(rows("ppo", True) + rows("sac", False)).to_csv(tmp_path / "algorithm_choice" / "results.csv")
-    monkeypatch.setattr(results_tables, "H100", tmp_path)
+    monkeypatch.setattr(tables_common, "H100", tmp_path)
     table = results_tables.algorithm_choice()
     lines = table.splitlines()
     assert lines[2].startswith("| PPO | as profiled | 10.0 | 10 | 0.0 | 60.0 | 40.0 |")
@@ -94,27 +95,56 @@ def test_a_corrected_run_shows_its_corrected_shares_beside_the_raw_ones(tmp_path
     assert f"PPO (backpropagation CUDA API): {OVERCORRECTED}" in table
 
 
-# Quantities in the prose of these pages outside generated blocks: each is a setting or the paper's
-# value, not a measurement, and says so here. A measured number typed into the prose fails the test
-# below: it belongs in a generated block (bench/findings_*.py), read from the data.
+# Quantities in the prose of these pages outside generated blocks: each is a setting, a product's
+# name, a hardware figure or the paper's value, not a measurement, and says so here. A measured
+# number typed into the prose fails the test below: it belongs in a generated block
+# (bench/findings_*.py), read from the data.
 _SETTINGS_IN_PROSE = {
-    "case-studies.md": {"for 20 s after": "the scale-up manifest's duration_s"},
-    "datacollection.md": {"hardware math at 10x that": "the simulator test's tolerance",
+    "case-studies.md": {"H100** 80GB": "the GPU's model name",
+                        "95% interval": "the confidence level",
+                        "for 20 s after": "the scale-up manifest's duration_s"},
+    "datacollection.md": {"H100 80GB": "the GPU's model name",
+                          "hardware math at 10x that": "the simulator test's tolerance",
+                          "132 SMs × 128 lanes × 1.98 GHz": "the H100's FP32 lanes and clock",
+                          "132 × 4 warp-instructions per clock": "the H100's issue rate",
+                          "the paper's 87%": "the paper's value",
                           "the paper's 1024x": "the paper's value",
-                          "≥ 0.3 s of whole calls": "the bench's minimum round length"},
+                          "64×64": "a layer's shape",
+                          "≥ 0.3 s of whole calls": "the bench's minimum round length",
+                          "≥ 99.9% of environments": "a test's threshold",
+                          "≥ 90% of environments": "a test's threshold"},
 }
-_QUANTITY = re.compile(r"\d[\d.,]*(?: ?(?:x|%|ms|µs|GB/s)\b| s\b| minutes\b)")
+# A number with a unit of time, size, rate, share or ratio, or written in scientific notation.
+_QUANTITY = re.compile(r"(?<![\w^.])\d[\d.,]*(?:e[+-]?\d+)?\s?(?:%|×|x\b|ms\b|µs\b|s\b|GB/s|GB\b|GiB\b|MB\b|GHz\b"
+                       r"|minutes\b|points\b)|\b\d(?:\.\d+)?e\d+\b")
 _GENERATED = re.compile(r"<!-- (?:table: [\w-]+|rlscope claims: begin.*?) -->.*?"
                         r"<!-- (?:/table|rlscope claims: end.*?) -->", re.S)
 
 
+def _typed_quantities(text: str, allowed: dict[str, str]) -> list[str]:
+    """Lines of ``text`` outside generated blocks that still quote a quantity once the allowed
+    phrases are taken out of them."""
+    typed = []
+    for line in _GENERATED.sub("", text).splitlines():
+        rest = line
+        for phrase in allowed:
+            rest = rest.replace(phrase, "")
+        if _QUANTITY.search(rest):
+            typed.append(line.strip())
+    return typed
+
+
 @pytest.mark.parametrize("name", sorted(_SETTINGS_IN_PROSE))
 def test_measured_numbers_in_the_prose_come_from_the_data(name: str) -> None:
-    prose = _GENERATED.sub("", (REPO / "docs" / "results" / name).read_text())
-    allowed = _SETTINGS_IN_PROSE[name]
-    typed = [line.strip() for line in prose.splitlines()
-             if _QUANTITY.search(line) and not any(setting in line for setting in allowed)]
+    typed = _typed_quantities((REPO / "docs" / "results" / name).read_text(), _SETTINGS_IN_PROSE[name])
     assert not typed, f"measured numbers typed by hand in {name} (generate them: bench/findings_*.py): {typed}"
+
+
+@pytest.mark.parametrize("line", ["For SAC, 86.5% of training is backpropagation.", "it grows from 66% to 91%.",
+                                  "the measured 2.14e10 is 65% of that", "took 431 s", "a 3.7e11 kernel",
+                                  "1.22x over the floor", "1,471 GB/s written", "the H100 80GB took 12 ms"])
+def test_the_prose_check_finds_a_typed_measurement(line: str) -> None:
+    assert _typed_quantities(line, _SETTINGS_IN_PROSE["datacollection.md"]) == [line]
 
 
 def test_the_findings_follow_their_data(tmp_path, monkeypatch) -> None:
@@ -130,9 +160,9 @@ def test_the_findings_follow_their_data(tmp_path, monkeypatch) -> None:
     bound = (data["table"] == "gpu") & (data["measure"] == "GPU-bound (kernels+copies)")
     data.loc[bound, "percent"] = data.loc[bound, "percent"] * 2
     data.to_csv(tmp_path / "scale_up" / "results.csv", index=False)
-    monkeypatch.setattr(findings_casestudies, "H100", tmp_path)
+    monkeypatch.setattr(tables_common, "H100", tmp_path)
     after = findings_casestudies.scale_up_findings()
     smi = data.loc[(data["table"] == "gpu") & (data["measure"] == "nvidia-smi utilization.gpu")].set_index("workers")
     ratio = smi["percent"] / data.loc[bound].set_index("workers")["percent"]
     assert before != after
-    assert f"inflates GPU use {ratio.min():.1f}-{ratio.max():.1f}x" in after
+    assert f"inflates GPU use {ratio.min():.1f}–{ratio.max():.1f}x" in after
