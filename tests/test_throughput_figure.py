@@ -66,7 +66,7 @@ def test_runs_of_two_sessions_are_never_averaged_at_one_point():
               "samples_per_s": float(n) * 2, "session": "host B"} for n in (4096, 65536)]
     frame = pd.DataFrame(rows)
     frame["curve"] = "cpp"
-    main, other = split_sessions(frame, "curve")
+    main, other = split_sessions(frame, "curve", "num_envs")
     assert set(main["session"]) == {"host A"} and set(other["session"]) == {"host B"}
     (ax,) = throughput_vs_envs(frame, {"scale": "full"}).axes
     drawn = {(line.get_linestyle(), tuple(line.get_xdata()), tuple(line.get_ydata())) for line in ax.get_lines()
@@ -86,3 +86,13 @@ def test_each_brax_pipeline_is_its_own_curve():
     assert {"ant (mjx)", "ant (spring)"} <= labels
     ys = sorted(tuple(line.get_ydata()) for line in ax.get_lines() if len(line.get_xdata()) > 1)
     assert ys == [(16.0, 256.0), (48.0, 768.0)]  # not averaged together
+
+
+def test_curves_whose_own_sessions_differ_name_them():
+    rows = [{"status": "ok", "backend": b, "device": "cpu", "num_envs": n, "fused_steps": 1,
+             "samples_per_s": float(n), "session": f"2026-11-2{i} (host {h}), commit abc"}
+            for i, (b, h) in enumerate((("cpp", "A"), ("numpy", "B"))) for n in (1, 64)]
+    (ax,) = throughput_vs_envs(pd.DataFrame(rows), {"scale": "full"}).axes
+    labels = [text.get_text() for text in ax.get_legend().get_texts()]
+    assert any(label.endswith("[host A]") and label.startswith("C++") for label in labels)
+    assert any(label.endswith("[host B]") and label.startswith("NumPy") for label in labels)

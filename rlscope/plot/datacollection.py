@@ -17,7 +17,7 @@ from rlscope.analyze.caveats import CAVEAT, OVERCORRECTED
 from rlscope.analyze.shares import share_intervals
 from rlscope.plot.breakdown import INTERVAL_LABEL, STACK_ORDER, stack_intervals, stack_layers
 from rlscope.plot.render import note_skipped
-from rlscope.plot.sessions import draw_other_sessions, split_sessions
+from rlscope.plot.sessions import draw_other_sessions, session_tag, split_sessions
 from rlscope.plot.throughput import backend_label, backend_palette
 
 __all__ = ["breakdown_vs_fused_steps", "transitions_vs_fused_steps", "fusion_throughput", "fusion_speedup_grid",
@@ -193,11 +193,16 @@ def simulator_comparison(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figu
     fig, ax = plt.subplots(figsize=(7.5, 4.8))
     if not ok.empty:
         ok["simulator"] = [_simulator_label(r) for _, r in ok.iterrows()]
-        main, other = split_sessions(ok, "simulator")
+        main, other = split_sessions(ok, "simulator", "num_envs")
         names = sorted(ok["simulator"].unique())
         colors = dict(zip(names, sns.color_palette("colorblind", len(names)).as_hex()))
-        sns.lineplot(data=main, x="num_envs", y="steps_per_s", hue="simulator", style="simulator", markers=True,
-                     dashes=False, errorbar="sd", palette=colors, ax=ax)
+        if "session" in main and main["session"].nunique() > 1:  # the curves' own sessions differ: say whose
+            main = main.assign(label=main["simulator"] + " [" + main["session"].map(session_tag) + "]")
+        else:
+            main = main.assign(label=main["simulator"])
+        palette = dict(zip(main["label"], main["simulator"].map(colors)))
+        sns.lineplot(data=main, x="num_envs", y="steps_per_s", hue="label", style="label", markers=True,
+                     dashes=False, errorbar="sd", palette=palette, ax=ax)
         ax.legend(title="environment (brax pipeline), on JAX / XLA", fontsize=8, title_fontsize=8)
         draw_other_sessions(ax, other, "simulator", "num_envs", "steps_per_s", colors)
     ax.set_xscale("log", base=2)

@@ -11,7 +11,7 @@ import seaborn as sns
 from matplotlib.figure import Figure
 
 from rlscope.plot.render import note_skipped
-from rlscope.plot.sessions import draw_other_sessions, split_sessions
+from rlscope.plot.sessions import draw_other_sessions, session_tag, split_sessions
 
 __all__ = ["throughput_vs_envs", "backend_label", "backend_palette", "BACKEND_COLORS"]
 
@@ -28,6 +28,7 @@ _BACKEND_NAMES = {
 # One colour per implementation in every figure of the study (seaborn's colour-blind palette).
 BACKEND_COLORS = dict(zip(_BACKEND_NAMES, sns.color_palette("colorblind", len(_BACKEND_NAMES)).as_hex()))
 _CPU_SIMULATORS = ("gymnasium", "numpy", "cpp")  # they step on the CPU whatever the policy's device
+_MARKERS = ("o", "X", "s", "P", "D", "^", "v")  # per steps-per-call K, the same for every session
 
 
 def backend_label(row: Mapping[str, Any]) -> str:
@@ -74,10 +75,16 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
         ok["curve"] = ok["implementation"] + ", " + ok["K"]
         style = "K"
     palette = backend_palette(ok)
-    main, other = split_sessions(ok, "curve")
+    main, other = split_sessions(ok, "curve", "num_envs")
+    if "session" in main and main["session"].nunique() > 1:  # the curves' own sessions differ: say whose
+        tags = main["session"].map(session_tag)
+        main = main.assign(implementation=main["implementation"] + " [" + tags + "]")
+        palette.update({label: palette[base] for label, base in
+                        zip(main["implementation"], main["implementation"].str.rsplit(" [", n=1).str[0])})
+    shapes = dict(zip(pd.unique(ok[style]), _MARKERS)) if style else {}
     fig, ax = plt.subplots(figsize=(8.5, 5.2))
-    sns.lineplot(data=main, x="num_envs", y="samples_per_s", hue="implementation", style=style, markers=True,
-                 palette=palette, errorbar="sd", ax=ax)
+    sns.lineplot(data=main, x="num_envs", y="samples_per_s", hue="implementation", style=style,
+                 markers=shapes or True, palette=palette, errorbar="sd", ax=ax)
     ax.set_xscale("log", base=2)
     ax.set_yscale("log")
     ax.set_xlabel("parallel environments N")
@@ -88,7 +95,8 @@ def throughput_vs_envs(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure
     ax.grid(True, which="major", alpha=0.3)
     ax.legend(title="implementation (device); steps per call", fontsize=7, title_fontsize=8)
     curve_colors = dict(zip(ok["curve"], ok["implementation"].map(palette)))
-    draw_other_sessions(ax, other, "curve", "num_envs", "samples_per_s", curve_colors)
+    curve_markers = dict(zip(ok["curve"], ok[style].map(shapes))) if style else None
+    draw_other_sessions(ax, other, "curve", "num_envs", "samples_per_s", curve_colors, curve_markers)
     note_skipped(fig, results, "backend")
     fig.tight_layout()
     return fig
