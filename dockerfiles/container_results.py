@@ -41,7 +41,8 @@ def render(results: dict) -> str:
             ("CPU image: size", f"{results['cpu_image_bytes'] / gib:.1f} GiB" if "cpu_image_bytes" in results
              else measured("cpu_image_bytes", ""))]
     if "peak_disk_bytes" in results:
-        rows.append(("Disk space taken at the peak (engine data, checkout, caches)",
+        rows.append(("Disk space taken at the peak from the temporary directory's filesystem (a private engine's "
+                     "data, the checkout, caches)",
                      f"{results['peak_disk_bytes'] / gib:.1f} GiB"))
     if "gpu_build_s" in results:
         rows += [("GPU image: build (the CPU image's layers and pip cache warm)", f"{results['gpu_build_s']:.0f} s"),

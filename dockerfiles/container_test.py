@@ -128,9 +128,11 @@ def inputs_unchanged_since(commit: str) -> bool:
 
 
 class DiskWatch:
-    """The most free space the test takes from the filesystem of the temporary directory (where the
-    private engine's data root, the checkout and pip's caches live), sampled every second: a run
-    that fills the disk fails part way, so the need is measured and shown before the next run."""
+    """The most free space the test takes from the filesystem of the temporary directory, sampled
+    every second and once at the end: a run that fills the disk fails part way, so the need is
+    measured and shown before the next run. It counts the private engine's data root, the checkout
+    and the caches where they live there (the default); an engine already running, or
+    ``--data-root`` elsewhere, keeps its images outside it. Other processes' writes count too."""
 
     def __init__(self, path: str) -> None:
         self.path = path
@@ -149,6 +151,7 @@ class DiskWatch:
     def __exit__(self, *exc: object) -> None:
         self._stop.set()
         self._thread.join()
+        self.min_free = min(self.min_free, shutil.disk_usage(self.path).free)
 
     @property
     def peak_bytes(self) -> int:
