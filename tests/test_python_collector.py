@@ -5,9 +5,11 @@ from __future__ import annotations
 import math
 import os
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 import numpy as np
+import pandas as pd
 import pytest
 import torch
 
@@ -100,10 +102,33 @@ def test_refuses_to_displace_another_profiler(tmp_path: Path) -> None:
             sys.setprofile(None)
 
 
-def test_native_and_python_collectors_agree(tmp_path: Path) -> None:
+def _collected(directory: Path, native: bool, workload: Callable[[], None], **writer_options: int) -> pd.DataFrame:
+    """The events of ``workload`` run under a bare TransitionCollector (native, or its Python twin)."""
     from rlscope.trace import TraceWriter
     from rlscope.trace.reader import read_process
 
+    directory.mkdir()
+    writer = TraceWriter(directory / "events.arrows", **writer_options)
+    collector = TransitionCollector(writer, native=native)
+    collector.start()
+    try:
+        workload()
+    finally:
+        collector.stop()
+        writer.close()
+    (directory / "meta.json").write_text(
+        '{"schema_version": 1, "process": "p", "pid": 1, "start_ns": 0, "complete": true}')
+    return read_process(directory).events
+
+
+def _recorded_calls(directory: Path, native: bool, workload: Callable[[], None]) -> dict[str, int]:
+    """``workload``'s calls per ``CATEGORY:name`` under a bare TransitionCollector."""
+    events = _collected(directory, native, workload)
+    sizes = events[events["kind"] == int(Kind.CPU_CALL)].groupby(["category", "name"], observed=True).size()
+    return {f"{Category(c).name}:{n}": int(k) for (c, n), k in sizes.items()}
+
+
+def test_native_and_python_collectors_agree(tmp_path: Path) -> None:
     layer = torch.nn.Linear(4, 2)
     x = torch.zeros(4)
 
@@ -116,19 +141,8 @@ def test_native_and_python_collectors_agree(tmp_path: Path) -> None:
 
     counts = []
     for native in (True, False):
-        directory = tmp_path / str(native)
-        directory.mkdir()
-        writer = TraceWriter(directory / "events.arrows", chunk_events=16)  # small: exercises mid-run flushes
-        collector = TransitionCollector(writer, native=native)
-        collector.start()
-        try:
-            workload()
-        finally:
-            collector.stop()
-            writer.close()
-        (directory / "meta.json").write_text(
-            '{"schema_version": 1, "process": "p", "pid": 1, "start_ns": 0, "complete": true}')
-        ev = read_process(directory).events
+        # small chunks: exercises mid-run flushes
+        ev = _collected(tmp_path / str(native), native, workload, chunk_events=16)
         assert (ev["end_ns"] >= ev["start_ns"]).all()
         counts.append(ev.groupby(["category", "name"], observed=True).size().to_dict())
     assert counts[0] == counts[1] and sum(counts[0].values()) >= 80
@@ -278,27 +292,6 @@ def test_callable_instances_and_new_bound_methods_are_classified_once(tmp_path: 
     # itemgetter: 200 constructions (the type is called) and 400 calls of instances
     assert recorded["BACKEND:itemgetter"] == 600 and recorded["SIMULATOR:Operations.pending"] == 200
     assert classified["itemgetter"] == 1 and classified["nb_bound_method"] == 1
-
-
-def _recorded_calls(directory: Path, native: bool, workload) -> dict[str, int]:
-    """Run ``workload`` under a bare TransitionCollector; its calls per ``CATEGORY:name``."""
-    from rlscope.trace import TraceWriter
-    from rlscope.trace.reader import read_process
-
-    directory.mkdir()
-    writer = TraceWriter(directory / "events.arrows")
-    collector = TransitionCollector(writer, native=native)
-    collector.start()
-    try:
-        workload()
-    finally:
-        collector.stop()
-        writer.close()
-    (directory / "meta.json").write_text(
-        '{"schema_version": 1, "process": "p", "pid": 1, "start_ns": 0, "complete": true}')
-    events = read_process(directory).events
-    sizes = events[events["kind"] == int(Kind.CPU_CALL)].groupby(["category", "name"], observed=True).size()
-    return {f"{Category(c).name}:{n}": int(k) for (c, n), k in sizes.items()}
 
 
 @pytest.mark.skipif(sys.version_info < (3, 12), reason="3.11's profile hook does not report nanobind calls")
