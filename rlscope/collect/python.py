@@ -171,8 +171,9 @@ class TransitionCollector:
     # Classification -------------------------------------------------------------------------
     def _classify(self, func: Any, arg0: Any = None) -> tuple[int, int] | None:
         """(category, name id) for a target native callable, else None; cached per callable (a
-        method bound to an instance: per type and name; a callable instance: not cached).
-        ``arg0`` is the call's first argument where the event gives it (3.12+)."""
+        method bound to an instance: per type of the instance and function bound; a callable
+        instance: not cached). ``arg0`` is the call's first argument where the event gives it
+        (3.12+)."""
         if _cacheable(func):
             key = func
         elif hasattr(func, "__self__"):
