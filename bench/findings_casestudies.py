@@ -12,7 +12,8 @@ from collections.abc import Callable
 
 import pandas as pd
 
-from experiments.casestudies.sb3_train import HYPERPARAMETERS, steps_per_iteration
+from experiments.casestudies.profiled import steps_per_iteration
+from experiments.casestudies.sb3_train import HYPERPARAMETERS
 from tables_common import (FRAMEWORK_LABELS, LAYER_GROUPS, env_steps_per_iteration, group_shares, max_spread,
                            ok_results, span)
 
@@ -63,15 +64,14 @@ def case_study_runs() -> str:
     a_rows, s_rows = (d[d["table"] == "breakdown"] for d in (ok_results("algorithm_choice"),
                                                               ok_results("simulator_choice")))
     a_runs, s_runs = _runs(a_rows), _runs(s_rows)
-    made = a_runs["iterations"] * env_steps_per_iteration(a_runs)
-    longer = a_runs[made > a_runs["timesteps"]]
-    off_policy = a_runs[a_runs["algorithm"].map(steps_per_iteration) == 1]
+    per_iteration = env_steps_per_iteration(a_runs)
+    longer = a_runs[a_runs["iterations"] * per_iteration > a_runs["timesteps"]].drop_duplicates("algorithm")
+    off_policy = a_runs[a_runs["algorithm"].map(lambda algorithm: steps_per_iteration(algorithm, 1)) == 1]
     steps, starts = int(off_policy["timesteps"].iloc[0]), int(off_policy["learning_starts"].iloc[0])
     rollouts = int(s_runs["iterations"].iloc[0])
     per_rollout = int(env_steps_per_iteration(s_runs).iloc[0])
-    rounded = "; ".join(f"{r.algorithm.upper()} makes {m:,} in whole rollouts of {m // r.iterations:,}"
-                        for r, m in zip(longer.drop_duplicates("algorithm").itertuples(),
-                                        made[longer.drop_duplicates("algorithm").index]))
+    rounded = "; ".join(f"{r.algorithm.upper()} makes {r.iterations * size:,} in whole rollouts of {size:,}"
+                        for r, size in zip(longer.itertuples(), per_iteration[longer.index]))
     both = pd.concat([a_rows, s_rows])
     gpu_alone = both[both["layer"] == "GPU"].groupby(["run_id", "repetition"])["share"].sum()
     alone = (f"at most {gpu_alone.max() * 100:.1f}% of training in any run" if len(gpu_alone)

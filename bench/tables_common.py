@@ -11,7 +11,7 @@ from typing import Any
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from experiments.casestudies.sb3_train import steps_per_iteration  # noqa: E402
+from experiments.casestudies.profiled import steps_per_iteration  # noqa: E402
 
 RESULTS = Path(__file__).resolve().parents[1] / "docs" / "results"
 H100 = RESULTS / "h100"
@@ -87,6 +87,8 @@ def max_spread(shares: pd.DataFrame) -> float:
 
 
 def env_steps_per_iteration(rows: pd.DataFrame) -> pd.Series:
-    """Per row of a case study's results, the environment steps of one of its iterations
-    (``steps_per_iteration`` of its algorithm): per-iteration counts over these are per step."""
-    return rows["algorithm"].map(steps_per_iteration)
+    """Per row of a case study's results (one environment, rl-zoo3's hyperparameters), the
+    environment steps of one of its iterations (``profiled.steps_per_iteration``: PPO's rollout
+    of 512, so 10 iterations make 5,120 steps for 5,000 asked): per-iteration counts over these
+    are per step."""
+    return rows["algorithm"].map(lambda algorithm: steps_per_iteration(algorithm, 1))

@@ -36,7 +36,7 @@ HYPERPARAMETERS: dict[str, dict[str, Any]] = {
     "ppo": {"normalize": True, "n_steps": 512, "batch_size": 32, "gamma": 0.99, "learning_rate": 5.05041e-05,
             "ent_coef": 0.000585045, "clip_range": 0.1, "n_epochs": 20, "gae_lambda": 0.95, "max_grad_norm": 1.0,
             "vf_coef": 0.871923},
-    "a2c": {"normalize": True, "n_steps": 5},  # SB3's default rollout, written out: steps_per_iteration reads it
+    "a2c": {"normalize": True},
     "sac": {"learning_starts": 10000},
     "td3": {"learning_starts": 10000, "noise_std": 0.1, "train_freq": 1, "gradient_steps": 1,
             "learning_rate": 1e-3, "batch_size": 256, "net_arch": [400, 300]},
@@ -64,14 +64,6 @@ def env_problem(env_id: str) -> str | None:
         return None
     close = difflib.get_close_matches(env_id, list(gym.envs.registry), n=3)
     return f"no gymnasium environment {env_id!r}" + (f"; did you mean {', '.join(map(repr, close))}?" if close else "")
-
-
-def steps_per_iteration(algorithm: str) -> int:
-    """Environment steps in one iteration of ``algorithm``'s training as the case studies run it
-    (one environment): a rollout of ``n_steps`` for the on-policy algorithms, one step for the
-    off-policy ones (``train_freq`` 1). SB3's ``learn`` stops after the iteration that reaches the
-    steps asked for, so a run makes ``iterations`` times this (PPO: 10 rollouts of 512 for 5,000)."""
-    return int(HYPERPARAMETERS[algorithm].get("n_steps", 1))
 
 
 def cartpole_ppo(n_envs: int) -> dict[str, Any]:
