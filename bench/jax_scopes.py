@@ -10,9 +10,10 @@ precise (``--jax-scopes=precise``), rotated so that each mode goes first in turn
 reports its own seconds per training iteration after two that compile. The record holds, per
 mode, every round's time and their median, and per round the scopes-over-prof ratio (so both
 sides share the round's machine state), summarised as median [min, max] over rounds.
-``--modes`` times fewer modes (scopes and precise always run).
+``--modes`` times fewer modes (scopes and precise always run). ``--out`` is written after each
+round (``rounds_done``), so a bench stopped part way keeps what it finished.
 
-Attribution: each traced round is analysed; per (scope, mode) the GPU kernel time of the timed
+Attribution: round 0's traces are analysed (right after that round); per (scope, mode) the GPU kernel time of the timed
 iterations and its share of the step (autotuning kernels left out), the fraction of kernels
 attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
 unmatched or ambiguous), and per kernel name whether the default mode's scope equals the
@@ -109,6 +110,31 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
                                        if first_default[k] != first_precise[k]}}
 
 
+def _record(args: argparse.Namespace, times: dict[str, list[float]], rounds: list[dict[str, float]],
+            attributed: dict[str, Any]) -> dict[str, Any]:
+    """The record of the rounds done so far."""
+    base = "prof" if "prof" in times else "scopes"
+    ratios = [row["scopes"] / row[base] for row in rounds]
+    precise_ratios = [row["precise"] / row[base] for row in rounds]
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
+        else "none"
+    return {
+        "command": " ".join(sys.argv),
+        "gpu": gpu,
+        "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
+        "workload": {"envs": args.envs, "steps": args.steps, "iterations": args.iterations},
+        "rounds_done": len(rounds),
+        "iteration_s": times,
+        "iteration_s_median": {mode: statistics.median(v) for mode, v in times.items()},
+        "scopes_over_prof": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
+                             "rounds": ratios},
+        "precise_over_prof": {"median": statistics.median(precise_ratios), "min": min(precise_ratios),
+                              "max": max(precise_ratios), "rounds": precise_ratios},
+        "attribution": attributed,
+    }
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -123,35 +149,19 @@ def main() -> None:
     work = args.work or Path(tempfile.mkdtemp(prefix="jax_scopes_"))
     modes = [m for m in MODES if m in args.modes or m in ATTRIBUTION_MODES]
     times: dict[str, list[float]] = {mode: [] for mode in modes}
-    rounds = []
+    rounds: list[dict[str, float]] = []
+    attributed: dict[str, Any] = {}
     for r in range(args.rounds):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
             times[mode].append(run(mode, args, work / f"{mode}{r}"))
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
-    base = "prof" if "prof" in modes else "scopes"
-    ratios = [row["scopes"] / row[base] for row in rounds]
-    precise_ratios = [row["precise"] / row[base] for row in rounds]
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
-        else "none"
-    record = {
-        "command": " ".join(sys.argv),
-        "gpu": gpu,
-        "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
-        "workload": {"envs": args.envs, "steps": args.steps, "iterations": args.iterations},
-        "iteration_s": times,
-        "iteration_s_median": {mode: statistics.median(v) for mode, v in times.items()},
-        "scopes_over_prof": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                             "rounds": ratios},
-        "precise_over_prof": {"median": statistics.median(precise_ratios), "min": min(precise_ratios),
-                              "max": max(precise_ratios), "rounds": precise_ratios},
-        "attribution": attribution(kernel_table(work / "scopes0"), kernel_table(work / "precise0")),
-    }
+        if r == 0:  # round 0's traces, analysed before more rounds: a stopped bench keeps its attribution
+            attributed = attribution(kernel_table(work / "scopes0"), kernel_table(work / "precise0"))
+        record = _record(args, times, rounds, attributed)
+        if args.out:  # rewritten after every round, so a bench stopped part way keeps the rounds it finished
+            write(args.out, record)
     print(json.dumps({"host": host(), **record}, indent=1, default=str))
-    if args.out:
-        write(args.out, record)
-
 
 if __name__ == "__main__":
     main()
