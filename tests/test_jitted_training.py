@@ -20,6 +20,11 @@ def test_the_manifest_loads_at_both_scales() -> None:
     for scale in ("quick", "full"):
         manifest = load_manifest(REPO / "configs/jitted_training.yaml", scale)
         assert list(manifest.grid["framework"]) == list(study.FRAMEWORKS)
+    # brax's ant only in the whole-step jit, and only at full scale (its step compiles for minutes on a CPU)
+    full = [p.params for p in load_manifest(REPO / "configs/jitted_training.yaml", "full").points()]
+    assert {(p["framework"], p["environment"]) for p in full} == {
+        ("jax_jit", "cartpole"), ("jax_fused", "cartpole"), ("sb3", "cartpole"), ("sbx", "cartpole"),
+        ("jax_jit", "ant")}
 
 
 def test_an_unknown_framework_is_refused() -> None:
@@ -59,25 +64,48 @@ def test_sb3_and_sbx_get_the_jitted_ppo_s_hyperparameters() -> None:
         HYPERPARAMETERS["epochs"], HYPERPARAMETERS["lr"], HYPERPARAMETERS["clip"], HYPERPARAMETERS["ent_coef"])
 
 
-def test_the_figure_shows_time_per_framework_and_the_step_s_scopes() -> None:
+def test_the_figure_shows_time_per_framework_and_environment_and_each_step_s_scopes() -> None:
     from rlscope.plot.jitted import jitted_training
 
     base = {"status": "ok", "repetition": 0, "timesteps": 8192, "device": "cuda"}
-    rows = [{**base, "framework": f, "table": "breakdown", "uninstrumented_learn_s": s, "env_steps_per_s": 8192 / s}
-            for f, s in (("jax_jit", 1.0), ("sb3", 8.0), ("sbx", 4.0))]
-    scoped = {**base, "framework": "jax_jit", "table": "jax_scopes", "uninstrumented_learn_s": 1.0,
-              "env_steps_per_s": 8192.0}
-    rows += [{**scoped, "operation": "train_step", "scope": scope, "seconds": seconds, "match": "exact"}
-             for scope, seconds in (("update", 0.5), ("rollout/inference", 0.3), ("rollout/env", 0.2))]
-    # Neither the set-up's kernels outside the step nor compile-time autotuning are the step's.
-    rows += [{**scoped, "operation": "(unannotated)", "scope": "(no scope)", "seconds": 1.0, "match": "exact"},
-             {**scoped, "operation": "train_step", "scope": "autotuning (compile time)", "seconds": 4.0,
-              "match": "autotuning"}]
-    rows.append({"status": "skipped", "framework": "sbx", "repetition": 1, "reason": "needs a GPU"})
-    fig = jitted_training(pd.DataFrame(rows), {"grid": {"framework": list(study.FRAMEWORKS)}, "scale": "full"})
+    runs = (("jax_jit", "cartpole", 1.0), ("jax_fused", "cartpole", 0.5), ("sb3", "cartpole", 8.0),
+            ("sbx", "cartpole", 4.0), ("jax_jit", "ant", 2.0))
+    rows = [{**base, "framework": f, "environment": e, "table": "breakdown", "uninstrumented_learn_s": s,
+             "env_steps_per_s": 8192 / s} for f, e, s in runs]
+    for framework, environment, split in (
+            ("jax_jit", "cartpole", (("update", 0.5), ("rollout/inference", 0.3), ("rollout/env", 0.2))),
+            ("jax_jit", "ant", (("rollout/env", 0.9), ("update", 0.1))),
+            ("jax_fused", "cartpole", (("update", 0.6), ("rollout/inference", 0.1)))):
+        scoped = {**base, "framework": framework, "environment": environment, "table": "jax_scopes",
+                  "uninstrumented_learn_s": 1.0, "env_steps_per_s": 8192.0}
+        rows += [{**scoped, "operation": "train_step", "scope": scope, "seconds": seconds, "match": "exact"}
+                 for scope, seconds in split]
+        # Neither the set-up's kernels outside the step nor compile-time autotuning are the step's.
+        rows += [{**scoped, "operation": "(unannotated)", "scope": "(no scope)", "seconds": 1.0, "match": "exact"},
+                 {**scoped, "operation": "train_step", "scope": "autotuning (compile time)", "seconds": 4.0,
+                  "match": "autotuning"}]
+    # The fused kernel's launch: operation rollout inside train_step, in no XLA module.
+    rows.append({**scoped, "operation": "rollout", "scope": "unmatched", "seconds": 0.3, "match": "unmatched"})
+    rows.append({"status": "skipped", "framework": "sbx", "environment": "cartpole", "repetition": 1,
+                 "reason": "needs a GPU"})
+    grid = {"framework": list(study.FRAMEWORKS), "environment": ["cartpole", "ant"]}
+    fig = jitted_training(pd.DataFrame(rows), {"grid": grid, "scale": "full"})
     left, right = fig.axes[:2]
-    assert [t.get_text() for t in left.get_xticklabels()] == list(study.FRAMEWORKS)
-    assert [round(p.get_height(), 6) for p in left.patches] == [1.0, 8.0, 4.0]
+    assert [t.get_text() for t in left.get_xticklabels()] == [
+        "jax_jit\ncartpole", "jax_fused\ncartpole", "sb3\ncartpole", "sbx\ncartpole", "jax_jit\nant"]
+    assert [round(p.get_height(), 6) for p in left.patches] == [1.0, 0.5, 8.0, 4.0, 2.0]
+    assert [t.get_text() for t in right.get_xticklabels()] == [
+        "jax_jit\ncartpole", "jax_fused\ncartpole", "jax_jit\nant"]
     assert sorted(t.get_text() for t in right.get_legend().get_texts()) == [
-        "rollout/env (20.0%)", "rollout/inference (30.0%)", "update (50.0%)"]
-    assert "PPO on CartPole" in fig._suptitle.get_text() and left.get_ylabel() and right.get_ylabel()
+        "rollout (fused CUDA kernel)", "rollout/env", "rollout/inference", "update"]
+    # Each scope's share per run, one colour per scope across the bars (zero-height where absent).
+    heights = {(round(p.get_x() + p.get_width() / 2), round(p.get_height(), 6)) for p in right.patches
+               if p.get_height() > 0}
+    assert heights == {(0, 50.0), (0, 30.0), (0, 20.0), (1, 60.0), (1, 10.0), (1, 30.0), (2, 90.0), (2, 10.0)}
+    assert {t.get_text() for t in right.texts} == {"50.0%", "30.0%", "20.0%", "60.0%", "10.0%", "90.0%"}
+    assert "PPO" in fig._suptitle.get_text() and left.get_ylabel() and right.get_ylabel()
+
+
+def test_brax_environments_are_the_whole_step_jit_s_only() -> None:
+    with pytest.raises(ValueError, match="jax_jit's only"):
+        study.jitted_training("sb3", 1024, device="cpu", environment="ant")

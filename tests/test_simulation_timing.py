@@ -12,7 +12,7 @@ jax = pytest.importorskip("jax")
 jnp = jax.numpy
 
 from experiments.datacollection.simulate import time_simulation, xla_compilations  # noqa: E402
-from experiments.datacollection.simulators import _strongly_typed  # noqa: E402
+from experiments.datacollection.simulators import strongly_typed  # noqa: E402
 
 
 class _TypesChangeAfterOneStep:
@@ -23,7 +23,7 @@ class _TypesChangeAfterOneStep:
 
         def run(state: jax.Array, fused_steps: int) -> jax.Array:
             out = jnp.where(state > -1.0, 1.0, 0.0) + 0 * fused_steps  # Python floats: a weak result
-            return _strongly_typed(out) if strong_output else out
+            return strongly_typed(out) if strong_output else out
 
         self._run = jax.jit(run, static_argnums=1)
 
@@ -47,7 +47,7 @@ def test_a_state_whose_types_change_after_one_step_compiles_only_in_the_warm_up(
     assert xla_compilations() - before == 2  # once for the strong input, once for the weak one
 
 
-def test_strongly_typed_output_compiles_once() -> None:
+def teststrongly_typed_output_compiles_once() -> None:
     env = _TypesChangeAfterOneStep(strong_output=True)
     before = xla_compilations()
     compiled_while_timed = time_simulation(env, 4, min_seconds=0.01).timed_compilations

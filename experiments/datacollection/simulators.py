@@ -10,10 +10,13 @@ from typing import Any
 
 from rlscope.errors import SkipRun
 
-__all__ = ["xla_simulation"]
+__all__ = ["xla_simulation", "brax_env", "strongly_typed"]
 
 
-def _brax_env(name: str, num_envs: int, backend: str) -> Any:
+def brax_env(name: str, num_envs: int, backend: str) -> Any:
+    """brax's ``name`` on ``backend`` (a pipeline: mjx, generalized, positional, spring), batched
+    over ``num_envs`` and resetting each environment when it is done (after brax's default 1,000
+    steps at the latest); SkipRun without brax, ValueError for an unknown name."""
     try:
         from brax import envs
     except ImportError as err:
@@ -24,7 +27,7 @@ def _brax_env(name: str, num_envs: int, backend: str) -> Any:
         raise ValueError(f"unknown brax environment {name!r}; known: {', '.join(sorted(envs._envs))}") from err
 
 
-def _strongly_typed(tree: Any) -> Any:
+def strongly_typed(tree: Any) -> Any:
     """``tree`` with JAX's weak types made strong, dtypes unchanged.
 
     brax's step returns some float32 fields (``done``, contact and survival rewards) weakly typed
@@ -42,7 +45,7 @@ class _BraxSimulator:
         import jax
 
         self.jax = jax
-        env = _brax_env(name, num_envs, backend)
+        env = brax_env(name, num_envs, backend)
         self.state = jax.jit(env.reset)(jax.random.key(seed))
         self.key = jax.random.key(seed + 1)
 
@@ -54,7 +57,7 @@ class _BraxSimulator:
                 return (env.step(state, action), key), None
 
             state, key = jax.lax.scan(body, (state, key), None, length=fused_steps)[0]
-            return _strongly_typed(state), key
+            return strongly_typed(state), key
 
         self._run = jax.jit(run, static_argnums=2)
 

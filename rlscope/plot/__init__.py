@@ -39,7 +39,7 @@ FIGURES: dict[str, Figure] = {
     "casestudy_time": Figure("rlscope.plot.casestudies:casestudy_time", (), ("table", "iterations", "seconds")),
     "casestudy_transitions": Figure("rlscope.plot.casestudies:casestudy_transitions", (),
                                     ("table", "operation", "transition", "per_iteration")),
-    "jitted_training": Figure("rlscope.plot.jitted:jitted_training", ("framework",),
+    "jitted_training": Figure("rlscope.plot.jitted:jitted_training", ("framework", "environment"),
                               ("table", "uninstrumented_learn_s", "env_steps_per_s")),
     "scale_up_gpu": Figure("rlscope.plot.scale_up:scale_up_gpu", ("workers",)),
     "scale_up_breakdown": Figure("rlscope.plot.scale_up:scale_up_breakdown", ("workers",),

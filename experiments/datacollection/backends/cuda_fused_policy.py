@@ -95,10 +95,16 @@ class CudaFusedPolicy(CudaKernels):
         return [self.trajectory[k] for k in ("obs", "action", "reward", "done")]
 
     def rollout(self, policy: Any, obs: Any, fused_steps: int) -> Any:
+        self.collect(self._weights(policy), fused_steps)
+        return self.to_policy(self.obs)
+
+    def collect(self, weights: list[Any], fused_steps: int) -> None:
+        """``fused_steps`` steps in one launch with the policy's CuPy ``weights`` in torch's
+        layout (weight[out][in], bias[out], contiguous float32: ``_SHAPES``); the observations
+        after them in ``obs``, the steps in ``trajectory`` when recording."""
         kernel = "cartpole_policy_collect" if self.precision == "fp32" else "cartpole_policy_collect_mma"
         threads = None if self.precision == "fp32" else 32 * -(-self.num_envs // _ENVS_PER_WARP)
         self._launch(f"{kernel}<{int(fused_steps)},{int(self.record)},{'true' if self.sample else 'false'}>",
                      self.state[0], self.elapsed, self.rng, self.sample_rng,
-                     *self._weights(policy), self.episodes, self.episode_steps, self.obs,
+                     *weights, self.episodes, self.episode_steps, self.obs,
                      *self._trajectory(fused_steps), source=FUSED_SOURCE, threads=threads)
-        return self.to_policy(self.obs)
