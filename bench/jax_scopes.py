@@ -18,7 +18,9 @@ iterations and its share of the step (autotuning kernels left out), the fraction
 attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
 unmatched or ambiguous), and per kernel name whether the default mode's scope equals the
 precise mode's, and kernel by kernel over the step's timed kernels (the step launches the same
-kernels in the same order in both modes): checks on the join that no timing enters.
+kernels in the same order in both modes): checks on the join that no timing enters. ``one_trace``:
+the precise trace joined by name alone (the default mode's join) against its NVTX join, on the
+same kernels with the same durations: the join's error without the two processes' timing.
 """
 
 from __future__ import annotations
@@ -62,9 +64,10 @@ def run(mode: str, args: argparse.Namespace, trace: Path) -> float:
     return float(json.loads(lines[-1])["iteration_s"])
 
 
-def kernel_table(trace: Path) -> Any:
-    """The kernels of the timed iterations with their scope and match (None: no kernels)."""
-    (process,) = read_attributed(trace)
+def kernel_table(trace: Path, nvtx: bool = True) -> Any:
+    """The kernels of the timed iterations with their scope and match (None: no kernels);
+    ``nvtx=False`` joins a precise-mode trace by name alone, as the default mode does."""
+    (process,) = read_attributed(trace, nvtx=nvtx)
     scopes = process.scopes
     if scopes is None or scopes.empty:
         return None
@@ -76,9 +79,8 @@ def kernel_table(trace: Path) -> Any:
     return table[(table["start_ns"] >= timed_from) & (table["scope"] != AUTOTUNING)]
 
 
-def attribution(default: Any, precise: Any) -> dict[str, Any]:
-    if default is None or precise is None:
-        return {"kernels": 0}
+def _shares(default: Any, precise: Any) -> dict[str, dict[str, Any]]:
+    """Per scope, its share of the kernel time in each table and the default's relative difference."""
     shares = {}
     for label, table in (("default", default), ("precise", precise)):
         total = table["duration_ns"].sum()
@@ -88,6 +90,27 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
         d, p = shares["default"].get(scope, 0.0), shares["precise"].get(scope, 0.0)
         compared[scope] = {"default": d, "precise": p, "relative_difference": (d - p) / p if p else None,
                            "goal_applies": max(d, p) >= MIN_SHARE}
+    return compared
+
+
+def one_trace(by_name: Any, by_nvtx: Any) -> dict[str, Any]:
+    """The default mode's join against the precise mode's on the same kernels: the precise trace
+    joined by name alone and by XLA's NVTX ranges. Both tables hold the same kernels with the same
+    durations, so the differences are the name join's alone; between the two modes' own traces,
+    each kernel's duration also differs (two processes, CUDA graphs on in one, off in the other)."""
+    if by_name is None or by_nvtx is None:
+        return {"kernels": 0}
+    same = by_name["scope"].to_numpy() == by_nvtx.loc[by_name.index, "scope"].to_numpy()
+    duration = by_name["duration_ns"].to_numpy()
+    return {"shares": _shares(by_name, by_nvtx), "kernels": len(by_name), "kernels_same_scope": float(same.mean()),
+            "time_same_scope": float(duration[same].sum() / duration.sum()),
+            "matches_by_name": by_name["match"].value_counts().to_dict()}
+
+
+def attribution(default: Any, precise: Any) -> dict[str, Any]:
+    if default is None or precise is None:
+        return {"kernels": 0}
+    compared = _shares(default, precise)
     # Kernel by kernel: the step launches the same kernels in the same order in both modes, so the
     # n-th kernel of the timed iterations is the same launch of the same instruction in each.
     step_d, step_p = default[default["module"] == "jit_train_step"], precise[precise["module"] == "jit_train_step"]
@@ -157,7 +180,9 @@ def main() -> None:
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
         if r == 0:  # round 0's traces, analysed before more rounds: a stopped bench keeps its attribution
-            attributed = attribution(kernel_table(work / "scopes0"), kernel_table(work / "precise0"))
+            by_nvtx = kernel_table(work / "precise0")
+            attributed = {**attribution(kernel_table(work / "scopes0"), by_nvtx),
+                          "one_trace": one_trace(kernel_table(work / "precise0", nvtx=False), by_nvtx)}
         record = _record(args, times, rounds, attributed)
         if args.out:  # rewritten after every round, so a bench stopped part way keeps the rounds it finished
             write(args.out, record)

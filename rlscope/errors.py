@@ -4,7 +4,11 @@ import errno
 from typing import Any
 
 __all__ = ["RlscopeError", "ManifestError", "WorkloadError", "ResultsError", "ClaimError", "SkipRun", "TraceError",
-           "NestingError", "os_error_message", "schema_problem"]
+           "NestingError", "os_error_message", "schema_problem", "SKIPPED_EXIT"]
+
+# The exit code of a workload's own process (a training script, a profiled loop) that cannot run
+# here, its SkipRun reason on the last line of its stderr: the harness records the run as skipped.
+SKIPPED_EXIT = 3
 
 
 class RlscopeError(Exception):

@@ -25,14 +25,14 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import sys
 import time
 from collections.abc import Callable
 from typing import Any, NamedTuple
 
 import rlscope
 from experiments.casestudies.jitted_envs import CARTPOLE, JaxEnv, make_env
-from experiments.casestudies.sb3_train import SKIPPED_EXIT
-from rlscope.errors import SkipRun
+from rlscope.errors import SKIPPED_EXIT, SkipRun
 from rlscope.integrations import TRAINING
 
 __all__ = ["make_train_step", "main", "PPO", "HYPERPARAMETERS", "ROLLOUTS"]
@@ -265,7 +265,7 @@ def main(argv: list[str] | None = None) -> None:
         env = make_env(args.env, args.envs, args.brax_backend)
         iterate = _iteration(env, args)
     except SkipRun as skipped:  # the harness records the run as skipped, with this reason
-        print(skipped, flush=True)
+        print(skipped, file=sys.stderr, flush=True)
         raise SystemExit(SKIPPED_EXIT) from None
     # From here, as sb3_train times model.learn after the model is made: the first iterations
     # compile (and autotune), which is part of what training in one jax.jit costs.

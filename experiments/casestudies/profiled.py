@@ -113,7 +113,8 @@ def timed_runs(command: list[str], work: Path, device: str, baseline: bool, time
 def _learn_seconds(code: int, output: str) -> float:
     """``model.learn``'s wall time from the training script's output; a skipped or failed training
     raises (``SkipRun`` with the script's reason, RuntimeError with the end of its output)."""
-    from experiments.casestudies.sb3_train import LEARN_PREFIX, SKIPPED_EXIT
+    from experiments.casestudies.sb3_train import LEARN_PREFIX
+    from rlscope.errors import SKIPPED_EXIT
 
     if code == SKIPPED_EXIT:
         raise SkipRun(output.strip().splitlines()[-1])

@@ -25,8 +25,8 @@ from typing import Any
 
 from experiments.casestudies.frameworks import COMPILABLE, FRAMEWORKS, INSTALL as FRAMEWORK_INSTALL
 from experiments.casestudies.frameworks import algorithm_class, framework_problem, prepare
+from rlscope.errors import SKIPPED_EXIT
 
-SKIPPED_EXIT = 3  # the script's exit code when its simulator or framework is not installed (reason on stderr)
 LEARN_PREFIX = "learn_s="  # the line that reports model.learn's wall time
 
 # rl-zoo3's MuJoCo hyperparameters (hyperparams/*.yml, MuJoCo sections): PPO's tuned Walker2d

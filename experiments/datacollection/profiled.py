@@ -20,12 +20,11 @@ from pathlib import Path
 from typing import Any
 
 import rlscope
-from rlscope.errors import SkipRun
+from rlscope.errors import SKIPPED_EXIT, SkipRun
 
 __all__ = ["profiled_collection", "collect_loop", "OPERATION"]
 
 OPERATION = "data_collection"
-SKIPPED_EXIT = 3  # the loop's exit code when its backend cannot run here (reason on stderr's last line)
 # Calibration runs of the loop last about this long by default (judged from the first profiled run
 # of its configuration, which all its runs then share), enough for ~100 blocks of 10 ms windows,
 # and at least twice as long as the profiled run: correction is checked on runs of another length.

@@ -21,12 +21,12 @@ __all__ = ["read_attributed", "attribute_gpu", "operation_at", "outermost", "out
            "launching_call"]
 
 
-def read_attributed(directory: str | Path, drop_corrupt: bool = False) -> list[ProcessTrace]:
+def read_attributed(directory: str | Path, drop_corrupt: bool = False, nvtx: bool = True) -> list[ProcessTrace]:
     """Every process of a trace bundle (``read_trace``), its GPU work attributed (``attribute_gpu``)."""
-    return [attribute_gpu(process) for process in read_trace(directory, drop_corrupt=drop_corrupt)]
+    return [attribute_gpu(process, nvtx) for process in read_trace(directory, drop_corrupt=drop_corrupt)]
 
 
-def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
+def attribute_gpu(process: ProcessTrace, nvtx: bool = True) -> ProcessTrace:
     """The process's events with the GPU collector's rows joined in.
 
     CUPTI links records by correlation id: a kernel to the API call that launched it (whose
@@ -36,7 +36,8 @@ def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
     to the operation open on the main thread when it was launched, and placed on that thread.
     The external-correlation records themselves are dropped: they are links, not events. A
     process profiled with ``--jax-scopes`` then has its jitted kernels joined to their
-    ``jax.named_scope`` (``rlscope.analyze.jax_scopes``).
+    ``jax.named_scope`` (``rlscope.analyze.jax_scopes``), by XLA's NVTX ranges where recorded and
+    ``nvtx``, else by name.
     """
     gpu = process.gpu
     if gpu is None:
@@ -71,7 +72,7 @@ def attribute_gpu(process: ProcessTrace) -> ProcessTrace:
     operation[act] = op
     gpu = gpu.assign(tid=tid.astype(gpu["tid"].dtype), operation=operation.astype(gpu["operation"].dtype))[~ext]
     merged = pd.concat([events, gpu], ignore_index=True)
-    return join_scopes(dataclasses.replace(process, events=merged, gpu=None))
+    return join_scopes(dataclasses.replace(process, events=merged, gpu=None), nvtx)
 
 
 def launching_call(api_correlation: np.ndarray, correlation: np.ndarray) -> np.ndarray:

@@ -260,12 +260,14 @@ def _by_nvtx_ranges(frame: pd.DataFrame, ranges: pd.DataFrame, tid: np.ndarray, 
         frame.iloc[seen, frame.columns.get_loc(column)] = values
 
 
-def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
+def kernel_scopes(process: ProcessTrace, nvtx: bool = True) -> pd.DataFrame | None:
     """Per GPU kernel of a process profiled with ``--jax-scopes`` (None for any other): ``module``,
     ``instruction``, ``scope`` (a path such as ``rollout/inference``, or NO_SCOPE, FUSED_ACROSS,
     AMBIGUOUS, LIBRARY, UNMATCHED, AUTOTUNING) and ``match`` (JOIN_MATCHES), indexed like
     ``process.events``, with the kernel's ``operation`` code and ``duration_ns``. Reads the
-    events after ``rlscope.analyze.attribution`` charged GPU work to operations."""
+    events after ``rlscope.analyze.attribution`` charged GPU work to operations. ``nvtx=False``
+    joins a precise-mode trace by name alone, as the default mode would: the two joins are then
+    compared on the same kernels (``bench/jax_scopes.py``)."""
     if not (process.directory / XLA_DIR).is_dir():
         return None
     ev = process.events
@@ -285,7 +287,7 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
     tid = np.where(call >= 0, api["tid"].to_numpy()[call], kernels["tid"].to_numpy()).astype(np.int64)
 
     ranges = ev[kind == int(Kind.NVTX_RANGE)]
-    if len(ranges):
+    if nvtx and len(ranges):
         _by_nvtx_ranges(frame, ranges, tid, at, modules, sites, pick, names)
 
     starts, ends = _compile_intervals(process.directory)
@@ -300,12 +302,12 @@ def kernel_scopes(process: ProcessTrace) -> pd.DataFrame | None:
     return frame.sort_index()
 
 
-def join_scopes(process: ProcessTrace) -> ProcessTrace:
+def join_scopes(process: ProcessTrace, nvtx: bool = True) -> ProcessTrace:
     """The process with its kernel scopes kept (``ProcessTrace.scopes``); NVTX ranges, read by the
     join, leave the events. The events' kernels keep the operation that launched them, so every
     other table reads the same with and without ``--jax-scopes``: the split of that operation's
     GPU time by scope is ``scope_table``'s."""
-    scopes = kernel_scopes(process)
+    scopes = kernel_scopes(process, nvtx)
     ev = process.events
     ev = ev[ev["kind"].to_numpy() != int(Kind.NVTX_RANGE)]
     if scopes is not None:
