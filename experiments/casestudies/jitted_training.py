@@ -84,10 +84,13 @@ def _jitted(framework: str, timesteps: int, device: str, environment: str, brax_
 
 
 def jitted_training(framework: str, timesteps: int, device: str = "auto", environment: str = CARTPOLE,
-                    brax_backend: str = "mjx", baseline: bool = True, timeout_s: float = 3600) -> dict[str, Any]:
+                    brax_backend: str = "mjx", brax_timesteps: int | None = None, baseline: bool = True,
+                    timeout_s: float = 3600) -> dict[str, Any]:
     """Train PPO on ``environment`` (our CartPole, or for ``jax_jit`` also a brax environment on
-    ``brax_backend``) to ``timesteps`` environment steps in ``framework``; rows as the module
-    docstring says, with ``uninstrumented_learn_s`` and ``env_steps_per_s`` where ``baseline``."""
+    ``brax_backend``) to ``timesteps`` environment steps in ``framework`` (``brax_timesteps`` on a
+    brax environment where given: a physics step launches hundreds of kernels, each a record in
+    the trace); rows as the module docstring says, with ``uninstrumented_learn_s`` and
+    ``env_steps_per_s`` where ``baseline``."""
     from experiments.devices import resolve_device
 
     problem = check_params("framework", framework)
@@ -97,6 +100,8 @@ def jitted_training(framework: str, timesteps: int, device: str = "auto", enviro
         raise ValueError(f"{framework} trains on gymnasium's CartPole-v1 here (environment: {CARTPOLE}); "
                          f"brax environments ({environment!r}) are jax_jit's only")
     device = resolve_device(device)
+    if environment != CARTPOLE and brax_timesteps:
+        timesteps = brax_timesteps
     if framework in ROLLOUT:
         missing = [name for name in ("jax", "optax") if importlib.util.find_spec(name) is None]
         if missing:  # looked up, not imported: the training runs in its own process
