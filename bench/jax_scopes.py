@@ -11,7 +11,10 @@ reports its own seconds per training iteration after two that compile. The recor
 mode, every round's time and their median, and per round the scopes-over-prof ratio (so both
 sides share the round's machine state), summarised as median [min, max] over rounds.
 ``--modes`` times fewer modes (scopes and precise always run). ``--out`` is written after each
-round (``rounds_done``), so a bench stopped part way keeps what it finished.
+round (``rounds_done``), so a bench stopped part way keeps what it finished. ``--traces DEFAULT
+PRECISE`` times nothing and writes the attribution of two traces recorded already (e.g. with
+``rlscope prof --no-analyze --jax-scopes[=precise]`` on the same workload), for the join's
+checks after a change to it.
 
 Attribution: round 0's traces are analysed (right after that round); per (scope, mode) the GPU kernel time of the timed
 iterations and its share of the step (autotuning kernels left out), the fraction of kernels
@@ -40,6 +43,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.run_record import host, write  # noqa: E402
+from experiments.casestudies.jitted_ppo import WARM_UP  # noqa: E402
 from rlscope.analyze import read_attributed  # noqa: E402
 from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
 from rlscope.analyze.jax_scopes import AUTOTUNING  # noqa: E402
@@ -72,7 +76,8 @@ def kernel_table(trace: Path, nvtx: bool = True) -> Any:
     if scopes is None or scopes.empty:
         return None
     steps = process.events[process.events["kind"] == int(Kind.STEP)].sort_values("start_ns")
-    timed_from = int(steps["start_ns"].iloc[2]) if len(steps) > 2 else 0
+    # step() ends each iteration: the timed ones begin at the WARM_UP-th
+    timed_from = int(steps["start_ns"].iloc[WARM_UP - 1]) if len(steps) >= WARM_UP else 0
     starts = process.events.loc[scopes.index, "start_ns"].to_numpy()
     names = process.events.loc[scopes.index, "name"].astype(str).to_numpy()
     table = scopes.assign(kernel=names, start_ns=starts)
@@ -121,7 +126,10 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
     first_precise = precise.drop_duplicates("kernel").set_index("kernel")["scope"]
     both = first_default.index.intersection(first_precise.index)
     same = int((first_default[both] == first_precise[both]).sum())
-    return {"shares": compared,
+    durations = {label: {scope: {"kernels": int(len(g)), "mean_ns": float(g.mean())}
+                         for scope, g in table.groupby("scope")["duration_ns"]}
+                 for label, table in (("default", default), ("precise", precise))}
+    return {"shares": compared, "kernel_durations": durations,
             "attributed_default": float((~default["scope"].isin([UNMATCHED, AMBIGUOUS])).mean()),
             "attributed_precise": float((~precise["scope"].isin([UNMATCHED, AMBIGUOUS])).mean()),
             "matches_default": default["match"].value_counts().to_dict(),
@@ -168,7 +176,20 @@ def main() -> None:
                         help="modes to time each round (scopes and precise are always run: the attribution needs them)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="keep the traces here")
+    parser.add_argument("--traces", type=Path, nargs=2, metavar=("DEFAULT", "PRECISE"), default=None,
+                        help="time nothing: the attribution of two traces recorded already, one per mode")
     args = parser.parse_args()
+    if args.traces:
+        default, precise = args.traces
+        by_nvtx = kernel_table(precise)
+        record = {"command": " ".join(sys.argv), "traces": [str(t) for t in args.traces],
+                  "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
+                  "attribution": {**attribution(kernel_table(default), by_nvtx),
+                                  "one_trace": one_trace(kernel_table(precise, nvtx=False), by_nvtx)}}
+        print(json.dumps(record, indent=1, default=str))
+        if args.out:
+            write(args.out, record)
+        return
     work = args.work or Path(tempfile.mkdtemp(prefix="jax_scopes_"))
     modes = [m for m in MODES if m in args.modes or m in ATTRIBUTION_MODES]
     times: dict[str, list[float]] = {mode: [] for mode in modes}

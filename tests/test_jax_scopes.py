@@ -241,6 +241,28 @@ def test_of_several_unnamed_instructions_a_library_kernel_takes_the_one_that_cal
     assert library["match"] == "order" and library["instruction"] == table["instruction"].iat[call]
 
 
+_CUB_HISTOGRAM = "_ZN3cub6detail10radix_sort30DeviceRadixSortHistogramKernelIjEEvPT_"
+_CUB_ONESWEEP = "_ZN3cub6detail10radix_sort29DeviceRadixSortOnesweepKernelIjEEvPT_"
+
+
+def test_cub_kernels_take_the_scope_of_the_sorts_that_launched_them(tmp_path: Path) -> None:
+    """A permutation's two sorts, custom calls to XLA's CUB target (``xla.gpu.ext.cub_sort_pairs``
+    in JAX 0.11.2) with their kernels interleaved, after a cuBLAS call of another scope that
+    launched no kernel of its name: each CUB kernel has three unnamed instructions between its
+    neighbours, of which the two sorts call CUB, and both are in ``update``."""
+    hlo = (REPO / "tests/data/hlo/cub_sorts.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"rollout", "gae", "update"})
+    name = dict(zip(table["instruction"], table["kernel_name"]))
+    kernels = [name["before_fusion"], _CUB_HISTOGRAM, _CUB_HISTOGRAM, _CUB_ONESWEEP, _CUB_ONESWEEP,
+               name["after_fusion"]]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
+    cub = process.scopes.iloc[1:5]
+    assert list(cub["match"]) == ["order"] * 4 and set(cub["scope"]) == {"update"}
+    assert set(cub["instruction"]) == {"sort.1;sort.2"}
+    assert list(process.scopes["scope"].iloc[[0, 5]]) == ["rollout", "update"]
+
+
 def test_innermost_range_at_each_time() -> None:
     ranges = pd.DataFrame({"tid": [1, 1, 1, 2, 2], "start_ns": [0, 10, 30, 0, 60], "end_ns": [100, 20, 40, 100, 60]})
     tids = np.array([1, 1, 1, 1, 2, 3, 2])

@@ -203,7 +203,9 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     An ambiguous name (fusions of different scopes sharing one kernel) takes the one of its
     fusions placed there; a library's kernel (cuBLAS, CUB) the one instruction placed there that
     no recorded kernel is named after, or of several such, the one that calls its library
-    (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB)."""
+    (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB). Where several
+    instructions fit and all have one scope (the sorts of one ``jax.random.permutation``, whose
+    kernels interleave), the kernel takes that scope and all their names."""
     exact_row = np.full(len(frame), np.nan)
     for i in np.flatnonzero((frame["match"].to_numpy() == "exact") & (pick >= 0)):
         exact_row[i] = sites[pick[i]].row_of(frame["instruction"].iat[i].split(";")[0])
@@ -225,9 +227,10 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
         else:  # of several unnamed instructions in the gap, the one calling the kernel's library
             fits = _between(site, site.unnamed_rows(), int(before[i]), int(after[i]))
             fits = fits if len(fits) <= 1 else site.library_callers(name, fits)
-        if len(fits) == 1:
-            row = fits[0]
-            settled.append((i, site.module.name, site.table["instruction"].iat[row], site.table["scope"].iat[row]))
+        scopes = {site.table["scope"].iat[row] for row in fits}
+        if len(scopes) == 1:  # one instruction, or several of one scope (a permutation's two sorts)
+            instruction = ";".join(site.table["instruction"].iat[row] for row in fits)
+            settled.append((i, site.module.name, instruction, scopes.pop()))
     if settled:
         at = np.array([i for i, *_ in settled])
         for k, column in enumerate(("module", "instruction", "scope"), start=1):
