@@ -47,6 +47,7 @@ from experiments.casestudies.jitted_ppo import WARM_UP  # noqa: E402
 from rlscope.analyze import read_attributed  # noqa: E402
 from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
 from rlscope.analyze.jax_scopes import AUTOTUNING  # noqa: E402
+from rlscope.trace.reader import read_trace  # noqa: E402
 from rlscope.trace.schema import Kind  # noqa: E402
 
 MODES = {"none": [], "prof": ["--no-analyze"], "scopes": ["--no-analyze", "--jax-scopes"],
@@ -182,8 +183,10 @@ def main() -> None:
     if args.traces:
         default, precise = args.traces
         by_nvtx = kernel_table(precise)
+        recorded = [read_trace(t)[0].meta for t in args.traces]  # where and with what the traces were made
         record = {"command": " ".join(sys.argv), "traces": [str(t) for t in args.traces],
-                  "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
+                  "recorded": [{"mode": m["jax_scopes"]["mode"], "jax": m["jax_scopes"]["jax"], "machine": m["machine"],
+                                "python": m["python"], "argv": m["argv"]} for m in recorded],
                   "attribution": {**attribution(kernel_table(default), by_nvtx),
                                   "one_trace": one_trace(kernel_table(precise, nvtx=False), by_nvtx)}}
         print(json.dumps(record, indent=1, default=str))
