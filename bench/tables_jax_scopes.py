@@ -10,8 +10,8 @@ from tables_common import RESULTS, markdown_table
 JAX_SCOPES = RESULTS / "jax_scopes"
 
 
-def _record() -> dict:
-    return json.loads((JAX_SCOPES / "h100.json").read_text())
+def _record(name: str = "h100.json") -> dict:
+    return json.loads((JAX_SCOPES / name).read_text())
 
 
 def _caption(data: dict) -> str:
@@ -21,24 +21,49 @@ def _caption(data: dict) -> str:
             f"(`{data['command']}`)" + (f". {data['note']}" if data.get("note") else "") + "\n\n")
 
 
+def _join_caption(data: dict) -> str:
+    return (f"Analysed at commit {data['host']['commit']}, {data['host']['date']}, JAX {data['recorded'][0]['jax']} "
+            f"(`{data['command']}`). {data['note']}.\n\n")
+
+
+def _difference(r: dict) -> str:
+    return "n/a" if r["relative_difference"] is None else f"{r['relative_difference']:+.1%}"
+
+
 def jax_scopes_shares() -> str:
-    """Per scope, its share of the GPU kernel time of the timed iterations in each mode (autotuning
-    left out), and the default mode's difference relative to the precise mode's."""
-    data = _record()
+    """Per scope, its share of the GPU kernel time of the timed iteration (autotuning left out):
+    the default mode's own trace, the precise mode's, and the precise trace joined by name alone
+    (the default mode's join on the same kernels), each against the precise mode; then the
+    kernels per scope and their mean duration in each mode's trace."""
+    data = _record("h100_join.json")
+    a, one = data["attribution"], data["attribution"]["one_trace"]
     rows = []
-    for scope, r in sorted(data["attribution"]["shares"].items(), key=lambda kv: -kv[1]["precise"]):
-        diff = r["relative_difference"]
-        rows.append([scope, f"{r['default']:.1%}", f"{r['precise']:.1%}",
-                     "n/a" if diff is None else f"{diff:+.0%}", "yes" if r["goal_applies"] else "no"])
-    a = data["attribution"]
+    for scope, r in sorted(a["shares"].items(), key=lambda kv: -kv[1]["precise"]):
+        same = one["shares"].get(scope, {"default": 0.0, "relative_difference": None})
+        rows.append([scope, f"{r['precise']:.1%}", f"{r['default']:.1%}", _difference(r), f"{same['default']:.1%}",
+                     _difference(same), "yes" if r["goal_applies"] else "no"])
+    for scope, same in one["shares"].items():
+        if scope not in a["shares"]:
+            rows.append([scope, f"{same['precise']:.1%}", "0.0%", "n/a", f"{same['default']:.1%}", _difference(same),
+                         "yes" if same["goal_applies"] else "no"])
     total = sum(a["matches_default"].values())
     matches = ", ".join(f"{k} {v / total:.1%}" for k, v in sorted(a["matches_default"].items(), key=lambda kv: -kv[1]))
-    return (_caption(data) + markdown_table(["scope", "default mode", "precise mode", "default vs precise",
-                                             "share >= 5%"], rows)
+    durations = a["kernel_durations"]
+    kernel_rows = [[scope, d["kernels"], durations["precise"].get(scope, {}).get("kernels", 0), f"{d['mean_ns']:,.0f}",
+                    f"{durations['precise'][scope]['mean_ns']:,.0f}" if scope in durations["precise"] else "n/a"]
+                   for scope, d in sorted(durations["default"].items(), key=lambda kv: -kv[1]["kernels"])]
+    return (_join_caption(data)
+            + markdown_table(["scope", "precise mode", "default mode (own trace)", "vs precise",
+                              "default join on the precise trace", "vs precise", "share >= 5%"], rows)
             + f"\n\nKernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
-              f"matched them: {matches}. Kernel names whose first scope is the same in both modes: "
-              f"{a['kernel_names_same_scope']} of {a['kernel_names_compared']}.\n")
+              f"matched them: {matches}. Kernel by kernel over the timed iteration, the two traces launch "
+              f"{a['step_kernels'][0]:,} and {a['step_kernels'][1]:,} kernels, {a['step_kernels_same_name']:,} with the "
+              f"same name at the same position and {a['step_kernels_same_scope']:,} of those with the same scope. "
+              f"On the precise trace, the name join gives {one['kernels_same_scope']:.1%} of its {one['kernels']:,} "
+              f"kernels ({one['time_same_scope']:.1%} of their time) the scope XLA's ranges give.\n\n"
+            + markdown_table(["scope", "kernels (default mode)", "kernels (precise mode)", "mean ns (default mode)",
+                              "mean ns (precise mode)"], kernel_rows) + "\n")
 
 
 def jax_scopes_cost() -> str:
