@@ -43,7 +43,7 @@ _LIBRARY_NAME = re.compile(
 # cuDNN, whose convolutions run implicit-GEMM kernels too.
 _LIBRARY_FAMILIES = (
     (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
-     # XLA's CUB custom calls: __cub$DeviceRadixSort (older), xla.gpu.ext.cub_sort_pairs (JAX 0.11.2)
+     # XLA's CUB custom calls: __cub$DeviceRadixSort (older), xla.gpu.ext.cub_sort_keys/_pairs (jaxlib 0.11.2)
      re.compile(r"(^|\s)sort(\s|$)|cub[$_]", re.IGNORECASE)),
     (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn", re.IGNORECASE)),
     (re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas|splitKreduce", re.IGNORECASE),
