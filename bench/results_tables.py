@@ -23,6 +23,7 @@ import findings_casestudies
 import findings_datacollection
 import tables_gpu
 import tables_jax_scopes
+import tables_jitted
 import tables_overhead
 import tables_profiler
 import tables_sampled
@@ -324,6 +325,7 @@ TABLES: dict[str, Callable[[], str]] = {
     **tables_gpu.TABLES,
     **tables_sampled.TABLES,
     **tables_jax_scopes.TABLES,
+    **tables_jitted.TABLES,
     **tables_overhead.TABLES,
     **tables_profiler.TABLES,
 }

@@ -51,6 +51,9 @@ def test_the_jitted_ppo_trains_under_the_profiler_on_the_cpu() -> None:
     assert result["iterations"] == 3  # one rlscope.step() per jitted iteration, in the training phase
     assert result["uninstrumented_learn_s"] > 0 and result["profiled_learn_s"] > 0
     assert result["env_steps_per_s"] == pytest.approx(3 * steps / result["uninstrumented_learn_s"])
+    # The compiled iterations' own time, beside the wall time to the steps that includes compiling.
+    assert 0 < result["uninstrumented_iteration_s"] < result["uninstrumented_learn_s"]
+    assert 0 < result["profiled_iteration_s"] < result["profiled_learn_s"]
 
 
 def test_sb3_and_sbx_get_the_jitted_ppo_s_hyperparameters() -> None:

@@ -14,6 +14,7 @@ that run's ``model.learn`` time (``uninstrumented_learn_s``) beside the profiled
 
 from __future__ import annotations
 
+import json
 import platform
 import subprocess
 import sys
@@ -94,7 +95,10 @@ def timed_runs(command: list[str], work: Path, device: str, baseline: bool, time
                jax_scopes: str | None = None) -> tuple[Path, dict[str, float]]:
     """Run a training ``command`` (one that prints ``learn_s=``) once without the profiler where
     ``baseline`` (``uninstrumented_learn_s``) and once under ``rlscope prof`` into ``work/trace``
-    (``profiled_learn_s``); returns the trace directory and those timings."""
+    (``profiled_learn_s``); returns the trace directory and those timings. A command that also
+    prints a JSON line with ``iteration_s`` (the jitted PPO's seconds per iteration once compiled)
+    adds ``uninstrumented_iteration_s`` and ``profiled_iteration_s``: wall time to the steps
+    includes compiling, which these leave out."""
     from rlscope.collect.launch import run_profiled
 
     timings: dict[str, float] = {}
@@ -102,12 +106,27 @@ def timed_runs(command: list[str], work: Path, device: str, baseline: bool, time
         plain = subprocess.run(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                                timeout=timeout_s)
         timings["uninstrumented_learn_s"] = _learn_seconds(plain.returncode, plain.stdout)
+        timings.update(_iteration_seconds(plain.stdout, "uninstrumented_iteration_s"))
     log_path = work / "log.txt"
     with log_path.open("w") as log:
         trace, code = run_profiled(command, work / "trace", gpu=device.startswith("cuda"), stdout=log,
                                    timeout_s=timeout_s, jax_scopes=jax_scopes)
     timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
+    timings.update(_iteration_seconds(log_path.read_text(), "profiled_iteration_s"))
     return trace, timings
+
+
+def _iteration_seconds(output: str, key: str) -> dict[str, float]:
+    """``{key: iteration_s}`` from the last JSON line of ``output`` that has one, else ``{}``."""
+    for line in reversed(output.splitlines()):
+        if line.startswith("{"):
+            try:
+                value = json.loads(line).get("iteration_s")
+            except json.JSONDecodeError:
+                continue
+            if isinstance(value, (int, float)):
+                return {key: float(value)}
+    return {}
 
 
 def _learn_seconds(code: int, output: str) -> float:

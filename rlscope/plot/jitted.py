@@ -53,7 +53,7 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     left.set_xlabel("framework and environment")
     left.set_ylabel("training time without the profiler (s)")
     left.set_title("wall time to the same environment steps", fontsize=9)
-    left.legend(fontsize=7, loc="upper center", bbox_to_anchor=(0.5, -0.28), ncol=2)
+    left.legend(fontsize=7, loc="upper left")
     scopes = ok[(ok["table"] == "jax_scopes")] if "table" in ok else ok.iloc[0:0]
     if not scopes.empty:  # the step's kernels: not the set-up's outside it, not compile-time autotuning
         scopes = scopes[scopes["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
@@ -79,8 +79,8 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
                     right.text(x, bottom.iloc[x] + share / 2, f"{share:.1f}%", ha="center", va="center", fontsize=7)
             bottom += shares[scope]
         right.set_xticks(range(len(shares)), list(shares.index), fontsize=8)
-        right.set_ylabel("share of the step's GPU kernel time (%)")
-        right.set_title("inside the jitted step, per jax.named_scope", fontsize=9)
+        right.set_ylabel("share of the iteration's GPU kernel time (%)")
+        right.set_title("inside an iteration, per jax.named_scope", fontsize=9)
         right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="scope", title_fontsize=7)
     steps = ", ".join(sorted({f"{int(t):,}" for t in ok.get("timesteps", pd.Series(dtype=float)).dropna()}))
     devices = ", ".join(sorted({str(d) for d in ok.get("device", pd.Series(dtype=str)).dropna()}))

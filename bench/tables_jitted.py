@@ -1,0 +1,89 @@
+"""The tables and findings of the case study "end-to-end jitted training" in
+docs/results/case-studies.md, from ``h100/jitted_training/results.csv`` (``rlscope run
+configs/jitted_training.yaml --scale full`` on a lent H100)."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+
+import pandas as pd
+from tables_common import in_order, markdown_table, ok_results
+
+from rlscope.plot.jitted import FUSED_LABEL, FUSED_OPERATION, STEP_OPERATION
+
+_NAME = "jitted_training"
+
+
+def _runs() -> pd.DataFrame:
+    """One row per run (framework, environment, repetition), in the order they ran."""
+    ok = ok_results(_NAME)
+    return ok.drop_duplicates(["framework", "environment", "repetition"])
+
+
+def _scopes() -> pd.DataFrame:
+    """Per jitted run and scope, its share of the iteration's kernel time (the step's kernels and
+    the fused rollout kernel's; no compile-time autotuning), mean over repetitions."""
+    ok = ok_results(_NAME)
+    rows = ok[(ok["table"] == "jax_scopes") & ok["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
+              & (ok["match"] != "autotuning")]
+    rows = rows.assign(scope=rows["scope"].where(rows["operation"] != FUSED_OPERATION, FUSED_LABEL))
+    seconds = rows.groupby(["framework", "environment", "repetition", "scope"])["seconds"].sum()
+    shares = seconds / seconds.groupby(level=["framework", "environment", "repetition"]).transform("sum")
+    return shares.groupby(["framework", "environment", "scope"]).mean().rename("share").reset_index()
+
+
+def jitted_training_runs() -> str:
+    """Each run's wall time to its environment steps without the profiler (compilation included),
+    its steps per second, and its wall time under ``rlscope prof``."""
+    runs = _runs()
+    rows = [[r.framework, r.environment, r.repetition, f"{int(r.timesteps):,}", f"{r.uninstrumented_learn_s:.2f}",
+             f"{r.env_steps_per_s:,.0f}", f"{r.profiled_learn_s:.2f}",
+             f"{r.profiled_learn_s / r.uninstrumented_learn_s:.2f}x"] for r in runs.itertuples()]
+    devices = ", ".join(sorted(set(runs["device"].astype(str))))
+    return (f"Runs on `{devices}`, one row each (`h100/{_NAME}/results.csv`).\n\n"
+            + markdown_table(["framework", "environment", "repetition", "environment steps",
+                              "training without the profiler (s)", "steps/s", "under rlscope prof (s)",
+                              "profiled / not"], rows) + "\n")
+
+
+def jitted_training_scopes() -> str:
+    """Per jitted run, the iteration's GPU kernel time per scope."""
+    scopes = _scopes()
+    runs = in_order(zip(scopes["framework"], scopes["environment"]))
+    order = scopes.groupby("scope")["share"].max().sort_values(ascending=False).index
+    table = scopes.set_index(["framework", "environment", "scope"])["share"]
+    rows = [[scope, *(f"{table[(f, e, scope)]:.1%}" if (f, e, scope) in table.index else "" for f, e in runs)]
+            for scope in order]
+    return markdown_table(["scope", *(f"{f} on {e}" for f, e in runs)], rows) + "\n"
+
+
+def jitted_training_findings() -> str:
+    """What the runs show, in numbers from them."""
+    runs = _runs()
+    cartpole = runs[runs["environment"] == "cartpole"].groupby("framework")["uninstrumented_learn_s"].mean()
+    lines = []
+    if {"jax_jit", "sb3"} <= set(cartpole.index):
+        others = ", ".join(f"{f} {cartpole[f] / cartpole['jax_jit']:.1f}x" for f in cartpole.index if f != "jax_jit")
+        lines.append(f"- **On CartPole, the whole-step `jax.jit` trains fastest**: {cartpole['jax_jit']:.1f} s to the "
+                     f"same steps, compilation included; the others take, relative to it: {others}.")
+    scopes = _scopes().set_index(["framework", "environment", "scope"])["share"]
+    if ("jax_jit", "cartpole", "rollout/env") in scopes.index:
+        env_share = scopes[("jax_jit", "cartpole", "rollout/env")]
+        inference = scopes.get(("jax_jit", "cartpole", "rollout/inference"), 0.0)
+        lines.append(f"- **Inside the step, the simulator is cheap on CartPole**: `rollout/env` is {env_share:.1%} of the "
+                     f"step's kernel time, the policy's inference in the rollout {inference:.1%}.")
+    if ("jax_jit", "ant", "rollout/env") in scopes.index:
+        lines.append(f"- **On brax's ant the simulator dominates the step**: `rollout/env` is "
+                     f"{scopes[('jax_jit', 'ant', 'rollout/env')]:.1%} of its kernel time.")
+    if "jax_fused" in cartpole.index:
+        fused = scopes.get(("jax_fused", "cartpole", FUSED_LABEL))
+        lines.append(f"- **The fused rollout kernel**: training takes {cartpole['jax_fused']:.1f} s, "
+                     f"{cartpole['jax_jit'] / cartpole['jax_fused']:.2f}x the whole-step jit's speed"
+                     + (f"; its one launch per iteration is {fused:.1%} of the iteration's kernel time." if fused
+                        is not None else "."))
+    return "\n".join(lines) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {"jitted_training_runs": jitted_training_runs,
+                                        "jitted_training_scopes": jitted_training_scopes,
+                                        "jitted_training_findings": jitted_training_findings}
