@@ -58,8 +58,9 @@ def jax_scopes_shares() -> str:
             + f"\n\nKernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
               f"matched them: {matches}. Kernel by kernel over the timed iteration, the two traces launch "
-              f"{a['step_kernels'][0]:,} and {a['step_kernels'][1]:,} kernels, {a['step_kernels_same_name']:,} with the "
-              f"same name at the same position and {a['step_kernels_same_scope']:,} of those with the same scope. "
+              f"{a['step_kernels'][0]:,} and {a['step_kernels'][1]:,} kernels, "
+              f"{a['step_kernels_same_name']:,} with the same name at the same position and "
+              f"{a['step_kernels_same_scope']:,} of those with the same scope. "
               f"On the precise trace, the name join gives {one['kernels_same_scope']:.1%} of its {one['kernels']:,} "
               f"kernels ({one['time_same_scope']:.1%} of their time) the scope XLA's ranges give.\n\n"
             + markdown_table(["scope", "kernels (default mode)", "kernels (precise mode)", "mean ns (default mode)",
