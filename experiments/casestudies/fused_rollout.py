@@ -32,12 +32,14 @@ class FusedRollout:
         # torch's layout (weight[out][in]), as the kernel reads it; XLA's outputs are dense row-major.
         self._torch_layout = jax.jit(lambda p: [p["pi_w0"].T, p["pi_b0"], p["pi_w1"].T, p["pi_b1"], p["pi_w2"].T,
                                                 p["pi_b2"]])
+        # Each output a new buffer (reward + 0: jit hands an input returned as it is straight back).
         self._to_jax = jax.jit(lambda obs, action, reward, done: (
-            obs.transpose(0, 2, 1), action.astype("int32"), reward, done.astype(bool)))
+            obs.transpose(0, 2, 1), action.astype("int32"), reward + 0.0, done.astype(bool)))
 
     def rollout(self, params: dict[str, Any], steps: int) -> tuple[Any, ...]:
         cp, jax = self.cp, self.jax
-        weights = [cp.from_dlpack(w) for w in self._torch_layout(params)]
+        # Ready before the kernel reads them: the launch goes on CuPy's stream, not JAX's.
+        weights = [cp.from_dlpack(w) for w in jax.block_until_ready(self._torch_layout(params))]
         self.kernel.collect(weights, steps)
         # The recorded arrays are read by JAX on its own stream: the launch must be done first.
         cp.cuda.get_current_stream().synchronize()
