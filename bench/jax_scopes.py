@@ -44,7 +44,7 @@ sys.path.insert(0, str(REPO))
 
 from bench.run_record import host, write  # noqa: E402
 from experiments.casestudies.jitted_ppo import WARM_UP  # noqa: E402
-from rlscope.analyze import read_attributed  # noqa: E402
+from rlscope.analyze.attribution import attribute_gpu  # noqa: E402
 from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
 from rlscope.analyze.jax_scopes import AUTOTUNING  # noqa: E402
 from rlscope.trace.reader import read_trace  # noqa: E402
@@ -69,10 +69,15 @@ def run(mode: str, args: argparse.Namespace, trace: Path) -> float:
     return float(json.loads(lines[-1])["iteration_s"])
 
 
-def kernel_table(trace: Path, nvtx: bool = True) -> Any:
-    """The kernels of the timed iterations with their scope and match (None: no kernels);
-    ``nvtx=False`` joins a precise-mode trace by name alone, as the default mode does."""
-    (process,) = read_attributed(trace, nvtx=nvtx)
+def kernel_tables(trace: Path, both: bool = False) -> tuple[dict[str, Any], list[Any]]:
+    """The trace's meta, and the kernels of the timed iterations with their scope and match (None:
+    no kernels) joined as the trace's mode joins them; with ``both``, also joined by name alone
+    (a precise-mode trace as the default mode would join it), from the one reading of the trace."""
+    (process,) = read_trace(trace)
+    return process.meta, [_timed_kernels(attribute_gpu(process, nvtx)) for nvtx in ((True, False) if both else (True,))]
+
+
+def _timed_kernels(process: Any) -> Any:
     scopes = process.scopes
     if scopes is None or scopes.empty:
         return None
@@ -182,13 +187,13 @@ def main() -> None:
     args = parser.parse_args()
     if args.traces:
         default, precise = args.traces
-        by_nvtx = kernel_table(precise)
-        recorded = [read_trace(t)[0].meta for t in args.traces]  # where and with what the traces were made
+        (default_meta, (by_name,)), (precise_meta, (by_nvtx, precise_by_name)) = \
+            kernel_tables(default), kernel_tables(precise, both=True)
+        recorded = [default_meta, precise_meta]  # where and with what the traces were made
         record = {"command": " ".join(sys.argv), "traces": [str(t) for t in args.traces],
                   "recorded": [{"mode": m["jax_scopes"]["mode"], "jax": m["jax_scopes"]["jax"], "machine": m["machine"],
                                 "python": m["python"], "argv": m["argv"]} for m in recorded],
-                  "attribution": {**attribution(kernel_table(default), by_nvtx),
-                                  "one_trace": one_trace(kernel_table(precise, nvtx=False), by_nvtx)}}
+                  "attribution": {**attribution(by_name, by_nvtx), "one_trace": one_trace(precise_by_name, by_nvtx)}}
         print(json.dumps(record, indent=1, default=str))
         if args.out:
             write(args.out, record)
@@ -204,9 +209,9 @@ def main() -> None:
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
         if r == 0:  # round 0's traces, analysed before more rounds: a stopped bench keeps its attribution
-            by_nvtx = kernel_table(work / "precise0")
-            attributed = {**attribution(kernel_table(work / "scopes0"), by_nvtx),
-                          "one_trace": one_trace(kernel_table(work / "precise0", nvtx=False), by_nvtx)}
+            (_, (by_name,)), (_, (by_nvtx, precise_by_name)) = \
+                kernel_tables(work / "scopes0"), kernel_tables(work / "precise0", both=True)
+            attributed = {**attribution(by_name, by_nvtx), "one_trace": one_trace(precise_by_name, by_nvtx)}
         record = _record(args, times, rounds, attributed)
         if args.out:  # rewritten after every round, so a bench stopped part way keeps the rounds it finished
             write(args.out, record)

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 from tables_common import in_order, markdown_table, ok_results
 
-from rlscope.plot.jitted import FUSED_LABEL, FUSED_OPERATION, STEP_OPERATION
+from rlscope.plot.jitted import FUSED_LABEL, iteration_kernels
 
 _NAME = "jitted_training"
 
@@ -23,10 +23,7 @@ def _runs() -> pd.DataFrame:
 def _scopes() -> pd.DataFrame:
     """Per jitted run and scope, its share of the iteration's kernel time (the step's kernels and
     the fused rollout kernel's; no compile-time autotuning), mean over repetitions."""
-    ok = ok_results(_NAME)
-    rows = ok[(ok["table"] == "jax_scopes") & ok["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
-              & (ok["match"] != "autotuning")]
-    rows = rows.assign(scope=rows["scope"].where(rows["operation"] != FUSED_OPERATION, FUSED_LABEL))
+    rows = iteration_kernels(ok_results(_NAME))
     seconds = rows.groupby(["framework", "environment", "repetition", "scope"])["seconds"].sum()
     shares = seconds / seconds.groupby(level=["framework", "environment", "repetition"]).transform("sum")
     return shares.groupby(["framework", "environment", "scope"]).mean().rename("share").reset_index()
@@ -84,15 +81,14 @@ def jitted_training_findings() -> str:
 
 
 def _rollout_kernels(framework: str) -> tuple[float, float]:
-    """(kernels, kernel milliseconds) of the rollout per iteration, mean over repetitions: the
-    fused kernel's launches for jax_fused, the ``rollout`` scopes' kernels for jax_jit."""
-    ok = ok_results(_NAME)
-    rows = ok[(ok["table"] == "jax_scopes") & (ok["framework"] == framework) & (ok["environment"] == "cartpole")
-              & (ok["match"] != "autotuning")]
-    if framework == "jax_fused":
-        rows = rows[(rows["operation"] == FUSED_OPERATION) & (rows["scope"] == "unmatched")]
-    else:
-        rows = rows[(rows["operation"] == STEP_OPERATION) & rows["scope"].str.startswith("rollout")]
+    """(kernels, kernel milliseconds) of the rollout per iteration on CartPole, mean over
+    repetitions: the fused kernel's launches for jax_fused, the ``rollout`` scopes' kernels for
+    jax_jit."""
+    rows = iteration_kernels(ok_results(_NAME))
+    rows = rows[(rows["framework"] == framework) & (rows["environment"] == "cartpole")]
+    scope = rows["scope"]
+    rows = rows[scope == FUSED_LABEL] if framework == "jax_fused" else \
+        rows[(scope == "rollout") | scope.str.startswith("rollout/")]
     iterations = _runs().set_index(["framework", "environment", "repetition"])["iterations"].sort_index()
     per_run = rows.groupby("repetition")[["kernels", "seconds"]].sum()
     per_run = per_run.div(iterations.loc[framework, "cartpole"].reindex(per_run.index), axis=0)
@@ -103,13 +99,21 @@ def _fused_finding(cartpole: pd.Series) -> str:
     fused_kernels, fused_ms = _rollout_kernels("jax_fused")
     scan_kernels, scan_ms = _rollout_kernels("jax_jit")
     faster = cartpole["jax_fused"] < cartpole["jax_jit"]
+    runs = _runs()
+    compiled = runs[runs["environment"] == "cartpole"]
+    if "uninstrumented_iteration_s" in compiled and compiled["uninstrumented_iteration_s"].notna().any():
+        per_iteration = compiled.groupby("framework")["uninstrumented_iteration_s"].mean() * 1e3
+        steady = (f"Once compiled, an iteration takes {per_iteration['jax_fused']:.2f} ms with the fused kernel and "
+                  f"{per_iteration['jax_jit']:.2f} ms in the whole-step jit.")
+    else:
+        steady = ("These runs' times include compiling (XLA's modules, and CuPy's compile of the kernel at its first "
+                  "launch), which their rows do not separate from the compiled iterations (runs made since 79a7a02 "
+                  "keep those as `uninstrumented_iteration_s`): what the extra time is was not measured here.")
     return (f"- **The fused rollout kernel: {'the rollout' if fused_ms < scan_ms else 'not the rollout'}'s GPU time "
-            f"{'and' if faster else 'but not'} the training shortened**: per iteration the "
-            f"rollout is {fused_kernels:.0f} launch of {fused_ms:.2f} ms in the fused kernel against "
-            f"{scan_kernels:,.0f} kernels of {scan_ms:.2f} ms in all in the whole-step jit's scan; training "
-            f"takes {cartpole['jax_fused']:.1f} s against {cartpole['jax_jit']:.1f} s. These runs' times include "
-            f"compiling (XLA's modules, and CuPy's compile of the kernel at its first launch), which their rows do not "
-            f"separate from the compiled iterations: what the extra time is was not measured here.")
+            f"{'and' if faster else 'but not'} the training shortened**: per iteration the rollout is "
+            f"{fused_kernels:.0f} launch of {fused_ms:.2f} ms in the fused kernel against {scan_kernels:,.0f} kernels "
+            f"of {scan_ms:.2f} ms in all in the whole-step jit's scan; training takes {cartpole['jax_fused']:.1f} s "
+            f"against {cartpole['jax_jit']:.1f} s. {steady}")
 
 
 TABLES: dict[str, Callable[[], str]] = {"jitted_training_runs": jitted_training_runs,

@@ -86,6 +86,15 @@ def test_a_brax_environment_trains_with_a_gaussian_policy() -> None:
     assert result["log_std"] != [0.0]  # the Gaussian's spread is learned
 
 
+def test_an_unknown_environment_is_one_line_naming_the_known_ones() -> None:
+    if importlib.util.find_spec("brax") is None or importlib.util.find_spec("jax") is None:
+        pytest.skip("needs brax and jax")
+    done = subprocess.run([sys.executable, "-m", "experiments.casestudies.jitted_ppo", "--env", "CartPole",
+                           "--device", "cpu"], cwd=REPO, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 2 and "Traceback" not in done.stderr
+    assert "unknown brax environment 'CartPole'" in done.stderr and "cartpole (ours)" in done.stderr
+
+
 def test_the_fused_rollout_is_refused_off_cartpole_and_skipped_on_the_cpu() -> None:
     command = [sys.executable, "-m", "experiments.casestudies.jitted_ppo", "--envs", "8", "--steps", "8",
                "--iterations", "3", "--device", "cpu", "--rollout", "fused"]
@@ -108,7 +117,8 @@ params = ppo.init(1)[0]
 fused = FusedRollout(4096, seed=1)
 fused.kernel.sample = False  # argmax actions: comparable with JAX's logits on the same observations
 obs, action, reward, done, last = fused.rollout(params, 32)
-logits = np.asarray(_forward(jax.numpy, params, obs)[0])
+with jax.default_matmul_precision("highest"):  # FP32 as the kernel's, not TF32
+    logits = np.asarray(_forward(jax.numpy, params, obs)[0])
 margin = np.abs(logits[..., 1] - logits[..., 0])
 clear = margin > 1e-4
 agree = (np.asarray(action) == logits.argmax(-1))[clear].mean()

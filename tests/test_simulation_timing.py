@@ -47,7 +47,7 @@ def test_a_state_whose_types_change_after_one_step_compiles_only_in_the_warm_up(
     assert xla_compilations() - before == 2  # once for the strong input, once for the weak one
 
 
-def teststrongly_typed_output_compiles_once() -> None:
+def test_strongly_typed_output_compiles_once() -> None:
     env = _TypesChangeAfterOneStep(strong_output=True)
     before = xla_compilations()
     compiled_while_timed = time_simulation(env, 4, min_seconds=0.01).timed_compilations

@@ -1,6 +1,6 @@
 """The jitted PPO's rollout in the fused CUDA simulator+policy kernel
-(``experiments.datacollection.backends.cuda_fused_policy``): the 128 steps of CartPole and policy
-inference of an iteration in one launch, the policy's weights read from JAX's parameters and the
+(``experiments.datacollection.backends.cuda_fused_policy``): an iteration's steps of CartPole and
+policy inference in one launch, the policy's weights read from JAX's parameters and the
 recorded steps handed back to JAX through DLPack, without copies through the host.
 
 The kernel samples actions from the policy (``sample=True``) and records each step's observation,

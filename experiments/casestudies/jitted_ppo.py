@@ -51,7 +51,8 @@ class PPO(NamedTuple):
     - ``train_step(carry)`` -> (carry, loss): one iteration, rollout, GAE and updates;
     - ``learn(params, opt_state, key, obs, action, reward, done, last_obs)`` -> (params,
       opt_state, key, loss): an iteration's learning on a rollout recorded elsewhere (steps x
-      envs arrays and the observations after it), its log-probabilities and values in one batch;
+      envs arrays and the observations after it), its log-probabilities and values in one batch
+      (scope ``rollout_values``);
     - ``rollout(params, env state, key)`` -> (env state, key, (obs, action, logp, value, reward,
       done)): ``train_step``'s rollout alone.
     """
@@ -205,7 +206,7 @@ def make_train_step(env: JaxEnv, steps: int, epochs: int = 4, minibatches: int =
               last_obs: Any) -> tuple[Any, Any, Any, Any]:
         """PPO's learning on a rollout recorded outside JAX (steps x envs arrays): the policy's
         log-probabilities and values of it in one batch, then GAE and the updates."""
-        with jax.named_scope("rollout"), jax.named_scope("inference"):
+        with jax.named_scope("rollout_values"):  # not the rollout's inference: that ran where it was recorded
             out, value = _forward(jnp, params, obs)
             logp = log_prob(params, out, action)
         return gae_and_update(params, opt_state, key, (obs, action, logp, value, reward, done), last_obs)
@@ -267,6 +268,8 @@ def main(argv: list[str] | None = None) -> None:
     except SkipRun as skipped:  # the harness records the run as skipped, with this reason
         print(skipped, file=sys.stderr, flush=True)
         raise SystemExit(SKIPPED_EXIT) from None
+    except ValueError as unknown:  # a name brax does not have
+        parser.error(f"--env {args.env}: {unknown}; or {CARTPOLE} (ours)")
     # From here, as sb3_train times model.learn after the model is made: the first iterations
     # compile (and autotune), which is part of what training in one jax.jit costs.
     rlscope.set_phase(TRAINING)  # the phase SB3's integration gives its training: the results compare them

@@ -22,7 +22,7 @@ import tempfile
 from pathlib import Path
 from typing import Any
 
-from rlscope.errors import SkipRun
+from rlscope.errors import SKIPPED_EXIT, SkipRun
 
 __all__ = ["profiled_training", "check_params", "training_rows", "timed_runs"]
 
@@ -133,7 +133,6 @@ def _learn_seconds(code: int, output: str) -> float:
     """``model.learn``'s wall time from the training script's output; a skipped or failed training
     raises (``SkipRun`` with the script's reason, RuntimeError with the end of its output)."""
     from experiments.casestudies.sb3_train import LEARN_PREFIX
-    from rlscope.errors import SKIPPED_EXIT
 
     if code == SKIPPED_EXIT:
         raise SkipRun(output.strip().splitlines()[-1])

@@ -21,9 +21,9 @@ __all__ = ["read_attributed", "attribute_gpu", "operation_at", "outermost", "out
            "launching_call"]
 
 
-def read_attributed(directory: str | Path, drop_corrupt: bool = False, nvtx: bool = True) -> list[ProcessTrace]:
+def read_attributed(directory: str | Path, drop_corrupt: bool = False) -> list[ProcessTrace]:
     """Every process of a trace bundle (``read_trace``), its GPU work attributed (``attribute_gpu``)."""
-    return [attribute_gpu(process, nvtx) for process in read_trace(directory, drop_corrupt=drop_corrupt)]
+    return [attribute_gpu(process) for process in read_trace(directory, drop_corrupt=drop_corrupt)]
 
 
 def attribute_gpu(process: ProcessTrace, nvtx: bool = True) -> ProcessTrace:

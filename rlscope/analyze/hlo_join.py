@@ -38,12 +38,11 @@ _LIBRARY_NAME = re.compile(
     r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel", re.IGNORECASE)
 # Which library a kernel's name says it is from, and what an instruction calling that library
 # looks like in the HLO (its opcode, custom-call target and fused root's opcode): CUB's sorts
-# behind a sort or a "__cub$..." custom call; cuDNN's kernels behind "__cudnn$..."; GEMM-like
-# kernels (xmma, cutlass, nvjet, ...) behind cuBLAS ("__cublas$gemm", "__cublas$lt$matmul") or
-# cuDNN, whose convolutions run implicit-GEMM kernels too.
+# behind a sort or a CUB custom call ("__cub$...", "xla.gpu.ext.cub_sort_..."); cuDNN's kernels
+# behind "__cudnn$..."; GEMM-like kernels (xmma, cutlass, nvjet, ...) behind cuBLAS
+# ("__cublas$gemm", "__cublas$lt$matmul") or cuDNN, whose convolutions run implicit-GEMM kernels too.
 _LIBRARY_FAMILIES = (
     (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
-     # XLA's CUB custom calls: __cub$DeviceRadixSort (older), xla.gpu.ext.cub_sort_keys/_pairs (jaxlib 0.11.2)
      re.compile(r"(^|\s)sort(\s|$)|cub[$_]", re.IGNORECASE)),
     (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn", re.IGNORECASE)),
     (re.compile(r"gemm|gemv|xmma|nvjet|cutlass|cublas|splitKreduce", re.IGNORECASE),

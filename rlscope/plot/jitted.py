@@ -13,11 +13,24 @@ from matplotlib.figure import Figure
 
 from rlscope.plot.render import note_skipped
 
-__all__ = ["jitted_training", "STEP_OPERATION", "FUSED_OPERATION"]
+__all__ = ["jitted_training", "iteration_kernels", "STEP_OPERATION", "FUSED_OPERATION", "FUSED_LABEL"]
 
 STEP_OPERATION = "train_step"  # the operation around an iteration (experiments/casestudies/jitted_ppo.py)
 FUSED_OPERATION = "rollout"  # jax_fused's kernel launch inside it, which no XLA module holds
 FUSED_LABEL = "rollout (fused CUDA kernel)"
+
+
+def iteration_kernels(results: pd.DataFrame) -> pd.DataFrame:
+    """The ``jax_scopes`` rows of the training iterations' kernels: those of ``STEP_OPERATION``
+    and of ``FUSED_OPERATION`` inside it, without compile-time autotuning and without the set-up's
+    kernels outside them. The fused kernel (``FUSED_OPERATION``'s kernel in no XLA module:
+    ``unmatched``) is labelled ``FUSED_LABEL``; JAX's copies around its launch keep their scopes."""
+    if "table" not in results:
+        return results.iloc[0:0]
+    rows = results[(results["table"] == "jax_scopes") & results["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
+                   & (results["match"] != "autotuning")]
+    fused = (rows["operation"] == FUSED_OPERATION) & (rows["scope"] == "unmatched")
+    return rows.assign(scope=rows["scope"].where(~fused, FUSED_LABEL))
 
 
 def _run_label(framework: str, environment: str) -> str:
@@ -25,15 +38,12 @@ def _run_label(framework: str, environment: str) -> str:
 
 
 def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
-    """Left: seconds to train ``timesteps`` steps without the profiler, per framework and
-    environment (mean over repetitions, each repetition a dot), with the environment steps per
-    second on each bar. Right: per jitted run (framework and environment), the iteration's kernel
-    time per scope (the kernels of ``STEP_OPERATION``, and of ``FUSED_OPERATION``, the fused
-    rollout kernel, without compile-time autotuning), as shares of it (mean over repetitions),
-    each scope one colour across bars."""
+    """Left: seconds to train each run's ``timesteps`` steps without the profiler, per framework
+    and environment (mean over repetitions, each repetition a dot), with the steps and the steps
+    per second on each bar. Right: per jitted run (framework and environment), the iteration's
+    kernel time per scope (``iteration_kernels``), as shares of it (mean over repetitions), each
+    scope one colour across bars."""
     ok = results[results["status"] == "ok"]
-    if "environment" not in ok:
-        ok = ok.assign(environment="cartpole")
     grid = dict(meta.get("grid", {}))
     present = set(zip(ok["framework"], ok["environment"]))
     order = [(f, e) for e in grid.get("environment", ["cartpole"]) for f in grid.get("framework", [])
@@ -47,18 +57,16 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
         left.bar([x], [seconds.mean()], color="#4c72b0", label="mean over repetitions" if x == 0 else None)
         left.scatter([x] * len(seconds), seconds, color="black", s=8, zorder=3,
                      label="one repetition" if x == 0 else None)
-        left.annotate(f"{mine['env_steps_per_s'].mean():,.0f} steps/s", (x, seconds.mean()), ha="center",
-                      va="bottom", fontsize=7)
+        left.annotate(f"{int(mine['timesteps'].iloc[0]):,} steps\n{mine['env_steps_per_s'].mean():,.0f} steps/s",
+                      (x, seconds.mean()), ha="center", va="bottom", fontsize=7)
+    if order:  # room above the tallest bar for its label
+        left.set_ylim(0, runs["uninstrumented_learn_s"].max() * 1.3)
     left.set_xticks(range(len(order)), [_run_label(*key) for key in order], fontsize=8)
     left.set_xlabel("framework and environment")
     left.set_ylabel("training time without the profiler (s)")
-    left.set_title("wall time to the same environment steps", fontsize=9)
+    left.set_title("wall time to each run's environment steps", fontsize=9)
     left.legend(fontsize=7, loc="upper left")
-    scopes = ok[(ok["table"] == "jax_scopes")] if "table" in ok else ok.iloc[0:0]
-    if not scopes.empty:  # the step's kernels: not the set-up's outside it, not compile-time autotuning
-        scopes = scopes[scopes["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
-                        & (scopes.get("match") != "autotuning")]
-        scopes = scopes.assign(scope=scopes["scope"].where(scopes["operation"] != FUSED_OPERATION, FUSED_LABEL))
+    scopes = iteration_kernels(ok)
     if scopes.empty:
         right.text(0.5, 0.5, "no jitted run with kernels\n(the scopes need a GPU)", ha="center", va="center",
                    transform=right.transAxes, fontsize=8)
@@ -82,11 +90,9 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
         right.set_ylabel("share of the iteration's GPU kernel time (%)")
         right.set_title("inside an iteration, per jax.named_scope", fontsize=9)
         right.legend(fontsize=7, loc="center left", bbox_to_anchor=(1.0, 0.5), title="scope", title_fontsize=7)
-    steps = ", ".join(sorted({f"{int(t):,}" for t in ok.get("timesteps", pd.Series(dtype=float)).dropna()}))
     devices = ", ".join(sorted({str(d) for d in ok.get("device", pd.Series(dtype=str)).dropna()}))
-    fig.suptitle(f"PPO with CartPole's hyperparameters in each execution model (jax_jit's time includes "
-                 f"compiling)\n"
-                 f"{meta.get('scale', '')} scale, {steps} environment steps, device: {devices}", fontsize=9)
+    fig.suptitle(f"PPO with CartPole's hyperparameters in each execution model (times include compiling)\n"
+                 f"{meta.get('scale', '')} scale, device: {devices}", fontsize=9)
     note_skipped(fig, results, "framework")
     fig.tight_layout()
     return fig
