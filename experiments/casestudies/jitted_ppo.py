@@ -216,6 +216,12 @@ def make_train_step(env: JaxEnv, steps: int, epochs: int = 4, minibatches: int =
 
 def _iteration(env: JaxEnv, args: argparse.Namespace) -> Any:
     """A function that runs one training iteration and returns its loss (a JAX array)."""
+    if args.rollout == "fused":  # before any JAX work: a run that cannot use the kernel skips at once
+        from experiments.datacollection.backends.cuda import cupy_or_skip
+
+        if args.device == "cpu":
+            raise SkipRun("the fused rollout kernel runs on a GPU only")
+        cupy_or_skip()
     ppo = make_train_step(env, args.steps, **HYPERPARAMETERS)
     carry = list(ppo.init(args.seed))  # params, opt_state, env state, key
     if args.rollout == "scan":
@@ -225,11 +231,7 @@ def _iteration(env: JaxEnv, args: argparse.Namespace) -> Any:
             return loss
         return iterate
     from experiments.casestudies.fused_rollout import FusedRollout
-    from experiments.datacollection.backends.cuda import cupy_or_skip
 
-    if args.device == "cpu":
-        raise SkipRun("the fused rollout kernel runs on a GPU only")
-    cupy_or_skip()
     fused = FusedRollout(args.envs, args.seed)
 
     def iterate_fused() -> Any:
