@@ -32,8 +32,8 @@ import json, os
 os.environ["JAX_PLATFORMS"] = "cpu"
 import jax, numpy as np
 from experiments.casestudies.jitted_envs import make_env
-from experiments.casestudies.jitted_ppo import HYPERPARAMETERS, make_train_step
-ppo = make_train_step(make_env("cartpole", 8), 16, **HYPERPARAMETERS)
+from experiments.casestudies.jitted_ppo import HYPERPARAMETERS, make_ppo
+ppo = make_ppo(make_env("cartpole", 8), 16, **HYPERPARAMETERS)
 params, opt_state, state, key = ppo.init(3)
 (whole_params, _, _, _), whole_loss = ppo.train_step((params, opt_state, state, key))
 after, key_after, (obs, action, logp, value, reward, done) = ppo.rollout(params, state, key)
@@ -63,9 +63,9 @@ import json, os
 os.environ["JAX_PLATFORMS"] = "cpu"
 import numpy as np
 from experiments.casestudies.jitted_envs import make_env
-from experiments.casestudies.jitted_ppo import HYPERPARAMETERS, make_train_step
+from experiments.casestudies.jitted_ppo import HYPERPARAMETERS, make_ppo
 env = make_env("inverted_pendulum", 4)
-ppo = make_train_step(env, 8, **HYPERPARAMETERS)
+ppo = make_ppo(env, 8, **HYPERPARAMETERS)
 carry = ppo.init(0)
 _, _, (obs, action, logp, value, reward, done) = ppo.rollout(carry[0], carry[2], carry[3])
 carry, loss = ppo.train_step(carry)
@@ -111,8 +111,8 @@ import json
 import jax, numpy as np
 from experiments.casestudies.fused_rollout import FusedRollout
 from experiments.casestudies.jitted_envs import make_env
-from experiments.casestudies.jitted_ppo import _forward, make_train_step, HYPERPARAMETERS
-ppo = make_train_step(make_env("cartpole", 4096), 32, **HYPERPARAMETERS)
+from experiments.casestudies.jitted_ppo import _forward, make_ppo, HYPERPARAMETERS
+ppo = make_ppo(make_env("cartpole", 4096), 32, **HYPERPARAMETERS)
 params = ppo.init(1)[0]
 fused = FusedRollout(4096, seed=1)
 fused.kernel.sample = False  # argmax actions: comparable with JAX's logits on the same observations

@@ -5,7 +5,7 @@ recorded steps handed back to JAX through DLPack, without copies through the hos
 
 The kernel samples actions from the policy (``sample=True``) and records each step's observation,
 action, reward and done; PPO's log-probabilities and values of those steps are computed after, in
-one batch inside the jitted learning (``jitted_ppo.make_train_step``'s ``learn``). The kernel runs
+one batch inside the jitted learning (``jitted_ppo.make_ppo``'s ``learn``). The kernel runs
 our CartPole with the same physics, resets and 500-step cut-off as the JAX one, on its own random
 streams.
 """

@@ -35,7 +35,7 @@ from experiments.casestudies.jitted_envs import CARTPOLE, JaxEnv, make_env
 from rlscope.errors import SKIPPED_EXIT, SkipRun
 from rlscope.integrations import TRAINING
 
-__all__ = ["make_train_step", "main", "PPO", "HYPERPARAMETERS", "ROLLOUTS"]
+__all__ = ["make_ppo", "main", "PPO", "HYPERPARAMETERS", "ROLLOUTS"]
 
 ROLLOUTS = ("scan", "fused")
 WARM_UP = 2  # iterations that compile (and autotune) before the timed ones
@@ -115,7 +115,7 @@ def _policy(jax: Any, env: JaxEnv) -> tuple[Any, Any, Any]:
     return sample, log_prob, entropy
 
 
-def make_train_step(env: JaxEnv, steps: int, epochs: int = 4, minibatches: int = 4, hidden: int = 64,
+def make_ppo(env: JaxEnv, steps: int, epochs: int = 4, minibatches: int = 4, hidden: int = 64,
                     gamma: float = 0.99, lam: float = 0.95, clip: float = 0.2, lr: float = 2.5e-4,
                     ent_coef: float = 0.01, vf_coef: float = 0.5, max_grad_norm: float = 0.5) -> PPO:
     """PPO on ``env`` with these hyperparameters (``PPO`` says what each function does)."""
@@ -222,7 +222,7 @@ def _iteration(env: JaxEnv, args: argparse.Namespace) -> Any:
         if args.device == "cpu":
             raise SkipRun("the fused rollout kernel runs on a GPU only")
         cupy_or_skip()
-    ppo = make_train_step(env, args.steps, **HYPERPARAMETERS)
+    ppo = make_ppo(env, args.steps, **HYPERPARAMETERS)
     carry = list(ppo.init(args.seed))  # params, opt_state, env state, key
     if args.rollout == "scan":
         def iterate() -> Any:
@@ -260,7 +260,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--device", default="auto", help="cpu keeps JAX off any GPU")
     args = parser.parse_args(argv)
     if args.device == "cpu":
-        os.environ["JAX_PLATFORMS"] = "cpu"  # read when JAX is imported (make_train_step)
+        os.environ["JAX_PLATFORMS"] = "cpu"  # read when JAX is imported (make_ppo)
     iterations = -(-args.timesteps // (args.envs * args.steps)) if args.timesteps else args.iterations
     if args.rollout == "fused" and args.env != CARTPOLE:
         parser.error("--rollout fused runs CartPole only (the kernel's simulator)")
