@@ -112,3 +112,18 @@ def test_the_figure_shows_time_per_framework_and_environment_and_each_step_s_sco
 def test_brax_environments_are_the_whole_step_jit_s_only() -> None:
     with pytest.raises(ValueError, match="jax_jit's only"):
         study.jitted_training("sb3", 1024, device="cpu", environment="ant")
+
+
+def test_the_figure_draws_runs_without_kernels() -> None:
+    """On a CPU no run has GPU kernels, so the results have no ``jax_scopes`` rows (nor their
+    columns): the time panel is drawn and the scope panel says why it is empty."""
+    from rlscope.plot.jitted import jitted_training
+
+    rows = [{"status": "ok", "repetition": 0, "timesteps": 8192, "device": "cpu", "framework": f,
+             "environment": "cartpole", "table": "breakdown", "operation": "train_step", "uninstrumented_learn_s": s,
+             "env_steps_per_s": 8192 / s} for f, s in (("jax_jit", 1.0), ("sb3", 8.0))]
+    fig = jitted_training(pd.DataFrame(rows), {"grid": {"framework": list(study.FRAMEWORKS),
+                                                        "environment": ["cartpole"]}, "scale": "quick"})
+    left, right = fig.axes[:2]
+    assert [round(p.get_height(), 6) for p in left.patches] == [1.0, 8.0]
+    assert "need a GPU" in right.texts[0].get_text()

@@ -25,7 +25,7 @@ def iteration_kernels(results: pd.DataFrame) -> pd.DataFrame:
     and of ``FUSED_OPERATION`` inside it, without compile-time autotuning and without the set-up's
     kernels outside them. The fused kernel (``FUSED_OPERATION``'s kernel in no XLA module:
     ``unmatched``) is labelled ``FUSED_LABEL``; JAX's copies around its launch keep their scopes."""
-    if "table" not in results:
+    if not {"table", "operation", "scope", "match"} <= set(results.columns):  # no run had kernels (a CPU)
         return results.iloc[0:0]
     rows = results[(results["table"] == "jax_scopes") & results["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
                    & (results["match"] != "autotuning")]
