@@ -147,19 +147,23 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
                                        if first_default[k] != first_precise[k]}}
 
 
-def _record(args: argparse.Namespace, times: dict[str, list[float]], rounds: list[dict[str, float]],
-            attributed: dict[str, Any]) -> dict[str, Any]:
+def _setting() -> dict[str, Any]:
+    """The command, GPU and JAX of this bench, asked once before the rounds."""
+    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
+        else "none"
+    return {"command": " ".join(sys.argv), "gpu": gpu,
+            "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")}}
+
+
+def _record(args: argparse.Namespace, setting: dict[str, Any], times: dict[str, list[float]],
+            rounds: list[dict[str, float]], attributed: dict[str, Any]) -> dict[str, Any]:
     """The record of the rounds done so far."""
     base = "prof" if "prof" in times else "scopes"
     ratios = [row["scopes"] / row[base] for row in rounds]
     precise_ratios = [row["precise"] / row[base] for row in rounds]
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
-        else "none"
     return {
-        "command": " ".join(sys.argv),
-        "gpu": gpu,
-        "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")},
+        **setting,
         "workload": {"envs": args.envs, "steps": args.steps, "iterations": args.iterations},
         "rounds_done": len(rounds),
         "iteration_s": times,
@@ -202,6 +206,7 @@ def main() -> None:
     modes = [m for m in MODES if m in args.modes or m in ATTRIBUTION_MODES]
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     rounds: list[dict[str, float]] = []
+    setting = _setting()
     attributed: dict[str, Any] = {}
     for r in range(args.rounds):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
@@ -212,10 +217,11 @@ def main() -> None:
             (_, (by_name,)), (_, (by_nvtx, precise_by_name)) = \
                 kernel_tables(work / "scopes0"), kernel_tables(work / "precise0", both=True)
             attributed = {**attribution(by_name, by_nvtx), "one_trace": one_trace(precise_by_name, by_nvtx)}
-        record = _record(args, times, rounds, attributed)
+        record = _record(args, setting, times, rounds, attributed)
         if args.out:  # rewritten after every round, so a bench stopped part way keeps the rounds it finished
             write(args.out, record)
     print(json.dumps({"host": host(), **record}, indent=1, default=str))
+
 
 if __name__ == "__main__":
     main()

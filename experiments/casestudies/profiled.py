@@ -111,8 +111,9 @@ def timed_runs(command: list[str], work: Path, device: str, baseline: bool, time
     with log_path.open("w") as log:
         trace, code = run_profiled(command, work / "trace", gpu=device.startswith("cuda"), stdout=log,
                                    timeout_s=timeout_s, jax_scopes=jax_scopes)
-    timings["profiled_learn_s"] = _learn_seconds(code, log_path.read_text())
-    timings.update(_iteration_seconds(log_path.read_text(), "profiled_iteration_s"))
+    output = log_path.read_text()
+    timings["profiled_learn_s"] = _learn_seconds(code, output)
+    timings.update(_iteration_seconds(output, "profiled_iteration_s"))
     return trace, timings
 
 
