@@ -1,14 +1,28 @@
-"""What a sampled session costs a loop and writes, against full tracing and no profiling.
+"""What a sampled session costs a loop, writes and holds, and whether its shares match full tracing.
 
     python bench/sampled_size.py [--workload gym_numpy] [--steps 100000] [--rounds 3] \\
-        [--sample window=20,block=1000,warmup=50] [--out size.json]
+        [--sample window=20,block=1000,warmup=50] [--watch-s 1] [--out size.json]
 
 One process per mode and round (``off``: unprofiled; ``full``: every layer the whole run;
-``sampled``: ``rlscope.profile(sample=...)``), modes rotated each round. Per process: the loop's
-wall time, the trace's bytes (all files) and the process's peak resident memory. The summary
-gives per mode the median over rounds, the wall time over the unprofiled loop's (per round, then
-the median), bytes per iteration, and bytes per hour of this loop. CPU layers only where no GPU
-is visible.
+``sampled``: ``rlscope.profile(sample=...)``), modes rotated each round. Workloads: the overhead
+loops (``experiments/overhead/loops.py``: gym_numpy, sb3_ppo_cuda, jax_loop, ...) and ``tiny``
+(``bench/gpu_collector.py``'s batch-1 GPU loop); GPU layers where a GPU is visible.
+
+Per process: the loop's wall time, the trace's bytes, peak resident memory, and a timeline
+sampled every ``--watch-s`` seconds by a thread of the process (resident memory, the GPU's used
+memory through NVML, the trace's bytes so far; also appended to ``TRACE.timeline.jsonl`` beside
+the trace as it goes, so a run stopped by a time limit keeps it), from which the summary takes each one's growth
+per hour over the run's second half (a fit): what a run of hours would add. ``full`` and
+``sampled`` also give CUPTI's dropped records (``meta.json``).
+
+Shares: with ``--subsample SEEDS``, the first full trace is also sampled afterwards once per seed
+(``sampled_validation.check``): the estimator and its intervals against the very run they sample.
+After each round, the full trace's share of the iteration time per operation and
+resources over the iterations after the warm-up (``sampled_validation.full_shares``) and the
+sampled run's estimate with its 95% interval (``rlscope.analyze.sampled``, one phase). The summary
+gives, per share of at least 5% in the full traces, how many rounds' estimates are within
+max(0.5 points, 5% relative) of the same round's full trace and how many intervals cover it: the
+two runs differ by their own noise too, so this is stricter than sampling one trace afterwards.
 """
 
 from __future__ import annotations
@@ -20,46 +34,169 @@ import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 from typing import Any
 
+import numpy as np
+
 ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+sys.path.insert(0, str(ROOT / "bench"))
 MODES = ("off", "full", "sampled")
+MIN_SHARE = 0.05
 
 
-def one(workload: str, steps: int, mode: str, sample: str, trace: Path) -> dict[str, Any]:
+def _loop(workload: str, steps: int) -> None:
+    if workload == "tiny":
+        from gpu_collector import rl_loop
+
+        rl_loop(steps)
+    else:
+        from experiments.overhead.loops import run
+
+        run(workload, steps)
+
+
+class Watcher(threading.Thread):
+    """Every ``every`` seconds: [seconds since start, resident MB, GPU used MB (NaN without NVML),
+    trace MB]."""
+
+    def __init__(self, trace: Path, every: float) -> None:
+        super().__init__(daemon=True)
+        self.trace, self.every, self.samples = trace, every, []
+        self._done = threading.Event()
+        self._began = time.perf_counter()
+        self._page_mb = resource.getpagesize() / 1e6
+        try:
+            import pynvml
+
+            pynvml.nvmlInit()
+            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            self._gpu = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 1e6
+        except Exception:  # no NVML or no GPU: the column stays NaN
+            self._gpu = lambda: float("nan")
+
+    def sample(self) -> None:
+        with open("/proc/self/statm") as statm:
+            rss = int(statm.read().split()[1]) * self._page_mb
+        size = sum(p.stat().st_size for p in self.trace.rglob("*") if p.is_file()) if self.trace.exists() else 0
+        self.samples.append([time.perf_counter() - self._began, rss, self._gpu(), size / 1e6])
+        with self.trace.with_name(self.trace.name + ".timeline.jsonl").open("a") as kept:  # outlives a killed run
+            kept.write(json.dumps(self.samples[-1]) + "\n")
+
+    def run(self) -> None:
+        while not self._done.wait(self.every):
+            self.sample()
+
+    def finish(self) -> list[list[float]]:
+        self._done.set()
+        self.join()
+        self.sample()
+        return self.samples
+
+
+def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s: float) -> dict[str, Any]:
     """Run the loop once in this process; print one JSON line."""
-    sys.path.insert(0, str(ROOT))
     import rlscope
-    from experiments.overhead.loops import run
 
+    watcher = Watcher(trace, watch_s)
+    watcher.start()
     options = {"sample": sample} if mode == "sampled" else {}
     began = time.perf_counter()
     if mode == "off":
-        run(workload, steps)
+        _loop(workload, steps)
     else:
         with rlscope.profile(trace, process=workload, **options):
-            run(workload, steps)
+            _loop(workload, steps)
     wall = time.perf_counter() - began
+    timeline = watcher.finish()
     size = sum(p.stat().st_size for p in trace.rglob("*") if p.is_file()) if trace.exists() else 0
-    return {"mode": mode, "wall_s": wall, "trace_bytes": size,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    dropped = sum(json.loads(m.read_text()).get("gpu", {}).get("dropped", 0) for m in trace.rglob("meta.json"))
+    return {"mode": mode, "wall_s": wall, "trace_bytes": size, "dropped_records": dropped,
+            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "timeline": timeline}
 
 
-def compare(workload: str, steps: int, rounds: int, sample: str) -> dict[str, Any]:
+def growth_per_hour(timeline: list[list[float]], column: int) -> float:
+    """The slope of ``column`` over the second half of the run, per hour (NaN with < 3 samples)."""
+    points = np.array(timeline, dtype=np.float64)
+    half = points[points[:, 0] >= points[-1, 0] / 2] if len(points) else points
+    if len(half) < 3 or np.isnan(half[:, column]).any():
+        return float("nan")
+    return float(np.polyfit(half[:, 0], half[:, column], 1)[0] * 3600)
+
+
+def shares(trace: Path, mode: str, warmup: int) -> dict[str, Any]:
+    """The main process's iterations and its shares: ``full`` -> {key: share}; ``sampled`` ->
+    {key: [share, low, high]}; keys ``operation / resources``."""
+    from sampled_validation import full_shares
+
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.analyze.sampled import analyze_sampled, step_calls
+
+    process = max(read_attributed(trace), key=lambda p: len(step_calls(p)))
+    iterations = int(len(step_calls(process)) - 1)
+    if mode == "full":
+        full = full_shares(process, warmup)
+        return {"iterations": iterations, "shares": {f"{o} / {r}": s for (o, r), s in full.items()}}
+    table = analyze_sampled(process, find_phases=False)[2]
+    return {"iterations": iterations, "windows": int(table["windows"].max()) if len(table) else 0,
+            "shares": {f"{row.operation} / {row.resources}": [float(row.share), float(row.share_low),
+                                                              float(row.share_high)] for row in table.itertuples()}}
+
+
+def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Per share of at least MIN_SHARE in the full traces: per round, the sampled estimate against
+    that round's full trace."""
+    by_round = {(r["round"], r["mode"]): r for r in runs}
+    keys = sorted({k for r in runs if r["mode"] == "full" for k, v in r["shares"].items() if v >= MIN_SHARE})
+    rows = []
+    for key in keys:
+        pairs = [(by_round[(n, "full")]["shares"].get(key, 0.0), by_round[(n, "sampled")]["shares"].get(key))
+                 for n in sorted({r["round"] for r in runs}) if (n, "sampled") in by_round and (n, "full") in by_round]
+        pairs = [(full, est) for full, est in pairs if est is not None]
+        if not pairs:
+            rows.append({"share": key, "rounds": 0})
+            continue
+        within = [bool(abs(est[0] - full) <= max(0.005, 0.05 * full)) for full, est in pairs]
+        covered = [bool(est[1] <= full <= est[2]) for full, est in pairs]
+        rows.append({"share": key, "rounds": len(pairs), "full": statistics.median(f for f, _ in pairs),
+                     "sampled": statistics.median(e[0] for _, e in pairs),
+                     "half_width": statistics.median((e[2] - e[1]) / 2 for _, e in pairs),
+                     "within_tolerance": sum(within), "covered": sum(covered)})
+    return rows
+
+
+def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int) -> dict[str, Any]:
+    from sampled_validation import check
+
+    from rlscope.collect.sampling import parse_sample
+
+    spec = parse_sample(sample)
+    warmup = spec.warmup
     runs: list[dict[str, Any]] = []
+    subsampled = None
     with tempfile.TemporaryDirectory() as work:
         for round_ in range(rounds):
             shift = round_ % len(MODES)
             for mode in MODES[shift:] + MODES[:shift]:
                 trace = Path(work) / f"{mode}{round_}"
-                command = [sys.executable, __file__, "one", workload, str(steps), mode, sample, str(trace)]
-                done = subprocess.run(command, capture_output=True, text=True, check=True)
+                command = [sys.executable, __file__, "one", workload, str(steps), mode, sample, str(trace),
+                           str(watch_s)]
+                done = subprocess.run(command, capture_output=True, text=True)
+                if done.returncode:
+                    raise SystemExit(f"{workload} {mode} round {round_} failed:\n{done.stderr[-3000:]}")
                 run = json.loads(done.stdout.strip().splitlines()[-1]) | {"round": round_}
+                if mode != "off":
+                    run |= shares(trace, mode, warmup)
+                if mode == "full" and subsampled is None and subsample:
+                    fields = {name: getattr(spec, name) for name in ("window", "block", "warmup", "settle")}
+                    subsampled = check(trace, subsample, fields)
                 runs.append(run)
                 print(f"round {round_} {mode:8s} {run['wall_s']:.2f} s {run['trace_bytes'] / 1e6:.1f} MB "
                       f"rss {run['max_rss_mb']:.0f} MB", flush=True)
+    iterations = statistics.median(r["iterations"] for r in runs if "iterations" in r)
     summary = {}
     for mode in MODES:
         mine = [r for r in runs if r["mode"] == mode]
@@ -69,27 +206,42 @@ def compare(workload: str, steps: int, rounds: int, sample: str) -> dict[str, An
         size = statistics.median(r["trace_bytes"] for r in mine)
         summary[mode] = {"wall_s": wall, "over_off": statistics.median(ratios),
                          "over_off_range": [min(ratios), max(ratios)], "trace_bytes": size,
-                         "bytes_per_iteration": size / steps, "mb_per_hour": size / wall * 3600 / 1e6,
-                         "max_rss_mb": statistics.median(r["max_rss_mb"] for r in mine)}
-    return {"workload": workload, "steps": steps, "rounds": rounds, "sample": sample, "runs": runs, "summary": summary}
+                         "bytes_per_iteration": size / iterations, "mb_per_hour": size / wall * 3600 / 1e6,
+                         "max_rss_mb": statistics.median(r["max_rss_mb"] for r in mine),
+                         "rss_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 1) for r in mine),
+                         "gpu_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 2) for r in mine),
+                         "trace_mb_per_hour_late": statistics.median(growth_per_hour(r["timeline"], 3) for r in mine),
+                         "dropped_records": max(r["dropped_records"] for r in mine)}
+    return {"workload": workload, "steps": steps, "iterations": iterations, "rounds": rounds, "sample": sample,
+            "min_share": MIN_SHARE, "runs": runs, "summary": summary, "shares": share_agreement(runs),
+            "subsampled": subsampled}
 
 
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "one":
-        _, _, workload, steps, mode, sample, trace = sys.argv
-        print(json.dumps(one(workload, int(steps), mode, sample, Path(trace))), flush=True)
+        _, _, workload, steps, mode, sample, trace, watch_s = sys.argv
+        print(json.dumps(one(workload, int(steps), mode, sample, Path(trace), float(watch_s))), flush=True)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="gym_numpy")
     parser.add_argument("--steps", type=int, default=100_000)
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--sample", default="window=20,block=1000,warmup=50")
+    parser.add_argument("--watch-s", type=float, default=1.0, help="seconds between memory and size samples")
+    parser.add_argument("--subsample", type=int, default=0, metavar="SEEDS",
+                        help="also sample the first full trace afterwards with SEEDS seeds (sampled_validation check)")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    result = compare(args.workload, args.steps, args.rounds, args.sample)
+    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample)
     for mode, row in result["summary"].items():
         print(f"{mode:8s} {row['over_off']:.2f}x {row['bytes_per_iteration']:.1f} B/iteration "
-              f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MB", flush=True)
+              f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MB (+{row['rss_mb_per_hour']:.0f} MB/h) "
+              f"dropped {row['dropped_records']}", flush=True)
+    for row in result["shares"]:
+        if row["rounds"]:
+            print(f"{row['share']:>32s} full {row['full']:.3f} sampled {row['sampled']:.3f} "
+                  f"±{row['half_width']:.3f} within {row['within_tolerance']}/{row['rounds']} "
+                  f"covered {row['covered']}/{row['rounds']}", flush=True)
     if args.out is not None:
         args.out.write_text(json.dumps(result, indent=1) + "\n")
 

@@ -87,24 +87,28 @@ def record(out: Path, workload: str, steps: int) -> None:
     print(f"trace: {out}", flush=True)
 
 
-def _shares(table: Any) -> dict[tuple[str, str], float]:
+def full_shares(process: Any, warmup: int) -> dict[tuple[str, str], float]:
+    """A fully traced process's share of the iteration time per (operation, resources) of its main
+    thread, over the iterations after the first ``warmup``: what a sampled run estimates."""
+    from rlscope.analyze.overlap import analyze_process
+    from rlscope.analyze.sampled import _in_window, step_calls
+
+    calls = step_calls(process)
+    first, last = calls[min(warmup, len(calls) - 1)], calls[-1]
+    table = analyze_process(_in_window(process, int(first), int(last)))[0]
     main = table[table["thread"] == "main"]
-    return {k: float(v) for k, v in main.groupby(["operation", "resources"])["time_ns"].sum().items()}
+    return {k: float(v) / (last - first) for k, v in main.groupby(["operation", "resources"])["time_ns"].sum().items()}
 
 
 def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any]:
     from rlscope.analyze.attribution import read_attributed
-    from rlscope.analyze.overlap import analyze_process
-    from rlscope.analyze.sampled import _in_window, analyze_sampled, step_calls
+    from rlscope.analyze.sampled import analyze_sampled, step_calls
     from rlscope.collect.sampling import SampleSpec, window_starts
 
     results = []
     for process in read_attributed(trace):
         calls = step_calls(process)
-        spec = SampleSpec(**spec_fields)
-        first, last = calls[min(spec.warmup, len(calls) - 1)], calls[-1]
-        full = _shares(analyze_process(_in_window(process, int(first), int(last)))[0])
-        truth = {k: v / (last - first) for k, v in full.items()}
+        truth = full_shares(process, spec_fields["warmup"])
         wanted = {k: t for k, t in truth.items() if t >= MIN_SHARE}
         per_share: dict[tuple[str, str], list[tuple[float, float, float]]] = {k: [] for k in wanted}
         windows_per_run = []
