@@ -153,12 +153,10 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     keys = sorted({k for r in runs if r["mode"] == "full" for k, v in r["shares"].items() if v >= MIN_SHARE})
     rows = []
     for key in keys:
-        pairs = [(by_round[(n, "full")]["shares"].get(key, 0.0), by_round[(n, "sampled")]["shares"].get(key))
+        # a share no window of the sampled run saw is estimated as 0, with no interval
+        pairs = [(by_round[(n, "full")]["shares"].get(key, 0.0),
+                  by_round[(n, "sampled")]["shares"].get(key, [0.0, 0.0, 0.0]))
                  for n in sorted({r["round"] for r in runs}) if (n, "sampled") in by_round and (n, "full") in by_round]
-        pairs = [(full, est) for full, est in pairs if est is not None]
-        if not pairs:
-            rows.append({"share": key, "rounds": 0})
-            continue
         within = [bool(abs(est[0] - full) <= max(0.005, 0.05 * full)) for full, est in pairs]
         covered = [bool(est[1] <= full <= est[2]) for full, est in pairs]
         rows.append({"share": key, "rounds": len(pairs), "full": statistics.median(f for f, _ in pairs),
