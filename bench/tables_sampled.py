@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
@@ -54,6 +55,57 @@ def size_and_cost() -> str:
                                      "trace MB per hour of this loop", "peak memory (MB)"], rows)
 
 
-TABLES: dict[str, Callable[[], str]] = {"sampled_synthetic": synthetic_schedules,
+def _gpu_runs() -> list[dict]:
+    """``bench/sampled_size.py``'s JSON of the GPU loops (``sampled/size_*_h100.json``), by loop name."""
+    return [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("size_*_h100.json"))]
+
+
+def _per_hour(value: float) -> str:
+    """A growth per hour, or "too short" where the runs gave too few samples (NaN)."""
+    return "too short" if math.isnan(value) else f"{value:+,.0f}"
+
+
+def gpu_cost() -> str:
+    """Per GPU loop and mode: time over the unprofiled loop, trace per hour of the loop, peak
+    memory, and memory's growth per hour over the runs' second halves; CUPTI's dropped records."""
+    rows = []
+    for data in _gpu_runs():
+        for mode, r in data["summary"].items():
+            low, high = r["over_off_range"]
+            rows.append([data["workload"], mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]",
+                         f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:,.0f}",
+                         _per_hour(r["rss_mb_per_hour"]), _per_hour(r["gpu_mb_per_hour"]),
+                         f"{r['dropped_records']:,}"])
+    captions = "; ".join(f"{d['workload']}: {d['iterations']:,.0f} iterations, {d['rounds']} rounds, sample "
+                         f"{d['sample']}" for d in _gpu_runs())
+    return captions + "\n\n" + markdown_table(
+        ["loop", "mode", "time over unprofiled", "trace bytes per iteration", "trace MB per hour of this loop",
+         "peak memory (MB)", "memory growth (MB/h)", "GPU memory growth (MB/h)", "dropped records"], rows)
+
+
+def gpu_shares() -> str:
+    """Per GPU loop and share of at least 5% of the iteration in the full traces: the full trace's
+    share and the sampled run's estimate (medians over rounds), how many rounds' estimates are
+    within max(0.5 points, 5% relative) of their own round's full trace and how many intervals
+    cover it; and the first full trace sampled afterwards, once per seed: coverage and within."""
+    rows = []
+    for data in _gpu_runs():
+        after = {}
+        for process in (data.get("subsampled") or {}).get("processes", []):
+            for r in process["shares"]:
+                after[f"{r['operation']} / {r['resources']}"] = r
+        for r in data["shares"]:
+            late = after.get(r["share"])
+            rows.append([data["workload"], r["share"], f"{r['full']:.1%}",
+                         f"{r['sampled']:.1%} ± {r['half_width']:.1%}",
+                         f"{r['within_tolerance']}/{r['rounds']}", f"{r['covered']}/{r['rounds']}",
+                         f"{late['coverage']:.0%} / {late['within_tolerance']:.0%} of {late['runs']}" if late else ""])
+    return markdown_table(["loop", "operation / resources", "full trace", "sampled run (95% half-width)",
+                           "rounds within max(0.5 points, 5%)", "rounds whose interval covers it",
+                           "full trace sampled afterwards: covered / within"], rows)
+
+
+TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
+                                        "sampled_synthetic": synthetic_schedules,
                                         "sampled_full_trace": full_trace_subsampled,
                                         "sampled_size": size_and_cost}

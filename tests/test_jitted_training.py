@@ -127,3 +127,29 @@ def test_the_figure_draws_runs_without_kernels() -> None:
     left, right = fig.axes[:2]
     assert [round(p.get_height(), 6) for p in left.patches] == [1.0, 8.0]
     assert "need a GPU" in right.texts[0].get_text()
+
+
+def test_a_simulator_s_own_scopes_count_as_its_scope_and_every_bar_sums_to_100() -> None:
+    """brax's MJX names dozens of scopes under ``rollout/env``: the figure cuts them to
+    ``rollout/env``; past ten scopes in all, the smallest share one bar rather than vanish."""
+    from rlscope.plot.jitted import jitted_training
+
+    base = {"status": "ok", "repetition": 0, "timesteps": 8192, "device": "cuda", "framework": "jax_jit",
+            "uninstrumented_learn_s": 1.0, "env_steps_per_s": 8192.0}
+    rows = [{**base, "environment": "ant", "table": "jax_scopes", "operation": "train_step", "match": "exact",
+             "scope": f"rollout/env/step/forward/part{i}", "seconds": 0.05} for i in range(12)]
+    rows.append({**base, "environment": "ant", "table": "jax_scopes", "operation": "train_step", "match": "exact",
+                 "scope": "update", "seconds": 0.4})
+    scopes = [f"scope{i}" for i in range(12)]  # twelve scopes of their own on CartPole
+    rows += [{**base, "environment": "cartpole", "table": "jax_scopes", "operation": "train_step", "match": "exact",
+              "scope": scope, "seconds": 1.0 + i} for i, scope in enumerate(scopes)]
+    grid = {"framework": ["jax_jit"], "environment": ["cartpole", "ant"]}
+    right = jitted_training(pd.DataFrame(rows), {"grid": grid, "scale": "full"}).axes[1]
+    legend = [t.get_text() for t in right.get_legend().get_texts()]
+    assert len(legend) == 10 and legend[-1] == "other scopes" and "rollout/env" in legend
+    assert not any(label.startswith("rollout/env/") for label in legend)
+    totals: dict[int, float] = {}
+    for patch in right.patches:
+        x = round(patch.get_x() + patch.get_width() / 2)
+        totals[x] = totals.get(x, 0.0) + patch.get_height()
+    assert {x: round(total, 6) for x, total in totals.items()} == {0: 100.0, 1: 100.0}

@@ -13,24 +13,32 @@ from matplotlib.figure import Figure
 
 from rlscope.plot.render import note_skipped
 
-__all__ = ["jitted_training", "iteration_kernels", "STEP_OPERATION", "FUSED_OPERATION", "FUSED_LABEL"]
+__all__ = ["jitted_training", "iteration_kernels", "STEP_OPERATION", "FUSED_OPERATION", "FUSED_LABEL", "SCOPE_DEPTH"]
 
 STEP_OPERATION = "train_step"  # the operation around an iteration (experiments/casestudies/jitted_ppo.py)
 FUSED_OPERATION = "rollout"  # jax_fused's kernel launch inside it, which no XLA module holds
 FUSED_LABEL = "rollout (fused CUDA kernel)"
+SCOPE_DEPTH = 2  # the figure's scopes: rollout/env, not brax's rollout/env/step/forward/...
+OTHER_SCOPES = "other scopes"
+COLOURS = plt.get_cmap("tab10").colors
 
 
-def iteration_kernels(results: pd.DataFrame) -> pd.DataFrame:
+def iteration_kernels(results: pd.DataFrame, depth: int | None = None) -> pd.DataFrame:
     """The ``jax_scopes`` rows of the training iterations' kernels: those of ``STEP_OPERATION``
     and of ``FUSED_OPERATION`` inside it, without compile-time autotuning and without the set-up's
     kernels outside them. The fused kernel (``FUSED_OPERATION``'s kernel in no XLA module:
-    ``unmatched``) is labelled ``FUSED_LABEL``; JAX's copies around its launch keep their scopes."""
+    ``unmatched``) is labelled ``FUSED_LABEL``; JAX's copies around its launch keep their scopes.
+    ``depth``: scopes cut to their first ``depth`` names, so that a simulator's own scopes (brax's
+    MJX names dozens under ``rollout/env``: ``rollout/env/step/forward/...``) count as its own."""
     if not {"table", "operation", "scope", "match"} <= set(results.columns):  # no run had kernels (a CPU)
         return results.iloc[0:0]
     rows = results[(results["table"] == "jax_scopes") & results["operation"].isin([STEP_OPERATION, FUSED_OPERATION])
                    & (results["match"] != "autotuning")]
     fused = (rows["operation"] == FUSED_OPERATION) & (rows["scope"] == "unmatched")
-    return rows.assign(scope=rows["scope"].where(~fused, FUSED_LABEL))
+    scope = rows["scope"].where(~fused, FUSED_LABEL)
+    if depth is not None:
+        scope = scope.map(lambda name: "/".join(name.split("/")[:depth]))
+    return rows.assign(scope=scope)
 
 
 def _run_label(framework: str, environment: str) -> str:
@@ -41,8 +49,8 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     """Left: seconds to train each run's ``timesteps`` steps without the profiler, per framework
     and environment (mean over repetitions, each repetition a dot), with the steps and the steps
     per second on each bar. Right: per jitted run (framework and environment), the iteration's
-    kernel time per scope (``iteration_kernels``), as shares of it (mean over repetitions), each
-    scope one colour across bars."""
+    kernel time per scope (``iteration_kernels`` cut to ``SCOPE_DEPTH``), as shares of it (mean
+    over repetitions), each scope one colour across bars; past ten scopes, the smallest together."""
     ok = results[results["status"] == "ok"]
     grid = dict(meta.get("grid", {}))
     present = set(zip(ok["framework"], ok["environment"]))
@@ -66,7 +74,7 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
     left.set_ylabel("training time without the profiler (s)")
     left.set_title("wall time to each run's environment steps", fontsize=9)
     left.legend(fontsize=7, loc="upper left")
-    scopes = iteration_kernels(ok)
+    scopes = iteration_kernels(ok, depth=SCOPE_DEPTH)
     if scopes.empty:
         right.text(0.5, 0.5, "no jitted run with kernels\n(the scopes need a GPU)", ha="center", va="center",
                    transform=right.transAxes, fontsize=8)
@@ -78,7 +86,12 @@ def jitted_training(results: pd.DataFrame, meta: Mapping[str, Any]) -> Figure:
         per_run = seconds / seconds.groupby(level=by).transform("sum")
         shares = per_run.groupby(["run", "scope"]).mean().mul(100).unstack(fill_value=0.0)
         shares = shares.reindex([label for label in (_run_label(*key) for key in order) if label in shares.index])
-        colours = dict(zip(shares.mean().sort_values(ascending=False).index, plt.get_cmap("tab10").colors))
+        ranked = list(shares.mean().sort_values(ascending=False).index)
+        if len(ranked) > len(COLOURS):  # the smallest in one bar of their own, so that every bar sums to 100%
+            kept = ranked[:len(COLOURS) - 1]
+            shares = shares[kept].assign(**{OTHER_SCOPES: shares[ranked[len(kept):]].sum(axis=1)})
+            ranked = [*kept, OTHER_SCOPES]
+        colours = dict(zip(ranked, COLOURS))
         bottom = pd.Series(0.0, index=shares.index)
         for scope, colour in colours.items():
             right.bar(range(len(shares)), shares[scope], bottom=bottom, color=colour, label=scope)
