@@ -16,6 +16,13 @@ PRECISE`` times nothing and writes the attribution of two traces recorded alread
 ``rlscope prof --no-analyze --jax-scopes[=precise]`` on the same workload), for the join's
 checks after a change to it.
 
+Shares over rounds: every round's traces of the modes that join (scopes, precise and, where
+``--modes`` names it, scopes-graphs-off: the default mode with XLA's command buffers off, as the
+precise mode runs) give each scope's share of the timed iterations' kernel time; the record keeps
+them per round and their means, and each default-join mode's difference from the precise mode's.
+The precise mode turns CUDA graphs off, which changes kernels' durations; scopes-graphs-off tells
+that part apart from the join's.
+
 Attribution: round 0's traces are analysed (right after that round); per (scope, mode) the GPU kernel time of the timed
 iterations and its share of the step (autotuning kernels left out), the fraction of kernels
 attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
@@ -31,6 +38,7 @@ from __future__ import annotations
 import argparse
 import importlib.metadata
 import json
+import os
 import shutil
 import statistics
 import subprocess
@@ -51,8 +59,13 @@ from rlscope.trace.reader import read_trace  # noqa: E402
 from rlscope.trace.schema import Kind  # noqa: E402
 
 MODES = {"none": [], "prof": ["--no-analyze"], "scopes": ["--no-analyze", "--jax-scopes"],
-         "precise": ["--no-analyze", "--jax-scopes=precise"]}
+         "precise": ["--no-analyze", "--jax-scopes=precise"],
+         "scopes-graphs-off": ["--no-analyze", "--jax-scopes"]}
+# The default mode with XLA's command buffers (CUDA graphs) off, as the precise mode runs: what
+# separates the precise mode's shares from the default's into the join's part and the graphs'.
+MODE_XLA_FLAGS = {"scopes-graphs-off": "--xla_gpu_enable_command_buffer="}
 ATTRIBUTION_MODES = ("scopes", "precise")
+SHARE_MODES = ("scopes", "scopes-graphs-off", "precise")  # whose shares are compared round by round
 WORKLOAD = ["-m", "experiments.casestudies.jitted_ppo"]
 MIN_SHARE = 0.05  # the goal compares scopes of at least this share of the step
 
@@ -62,7 +75,10 @@ def run(mode: str, args: argparse.Namespace, trace: Path) -> float:
                 "--iterations", str(args.iterations)]
     command = workload if mode == "none" else [sys.executable, "-m", "rlscope.cli", "prof", "--output", str(trace),
                                                 *MODES[mode], "--", *workload]
-    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False)
+    env = dict(os.environ)
+    if mode in MODE_XLA_FLAGS:
+        env["XLA_FLAGS"] = f"{env.get('XLA_FLAGS', '')} {MODE_XLA_FLAGS[mode]}".strip()
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, check=False, env=env)
     lines = [line for line in done.stdout.splitlines() if line.startswith("{")]
     if done.returncode != 0 or not lines:
         raise SystemExit(f"{mode}: exit {done.returncode}\n{done.stdout[-2000:]}\n{done.stderr[-4000:]}")
@@ -102,6 +118,33 @@ def _shares(default: Any, precise: Any) -> dict[str, dict[str, Any]]:
         compared[scope] = {"default": d, "precise": p, "relative_difference": (d - p) / p if p else None,
                            "goal_applies": max(d, p) >= MIN_SHARE}
     return compared
+
+
+def scope_shares(table: Any) -> dict[str, float]:
+    """Per scope, its share of the timed iterations' kernel time."""
+    return (table.groupby("scope")["duration_ns"].sum() / table["duration_ns"].sum()).to_dict()
+
+
+def shares_over_rounds(by_round: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """Per scope: each mode's share, mean over the rounds that ran it, and each default-join
+    mode's relative difference from the precise mode's mean; ``goal_applies`` where either is at
+    least MIN_SHARE."""
+    modes = [m for m in SHARE_MODES if any(m in r for r in by_round)]
+    means = {m: {} for m in modes}
+    for mode in modes:
+        rounds = [r[mode] for r in by_round if mode in r]
+        for scope in {s for r in rounds for s in r}:
+            means[mode][scope] = statistics.fmean(r.get(scope, 0.0) for r in rounds)
+    summary = {}
+    for scope in sorted({s for m in means.values() for s in m}):
+        precise = means.get("precise", {}).get(scope, 0.0)
+        row: dict[str, Any] = {m: means[m].get(scope, 0.0) for m in modes}
+        for mode in modes:
+            if mode != "precise":
+                row[f"{mode}_relative_difference"] = (row[mode] - precise) / precise if precise else None
+        row["goal_applies"] = max(row[m] for m in modes) >= MIN_SHARE
+        summary[scope] = row
+    return {"rounds": len(by_round), "modes": modes, "scopes": summary}
 
 
 def one_trace(by_name: Any, by_nvtx: Any) -> dict[str, Any]:
@@ -157,23 +200,23 @@ def _setting() -> dict[str, Any]:
 
 
 def _record(args: argparse.Namespace, setting: dict[str, Any], times: dict[str, list[float]],
-            rounds: list[dict[str, float]], attributed: dict[str, Any]) -> dict[str, Any]:
-    """The record of the rounds done so far."""
-    base = "prof" if "prof" in times else "scopes"
-    ratios = [row["scopes"] / row[base] for row in rounds]
-    precise_ratios = [row["precise"] / row[base] for row in rounds]
-    return {
+            rounds: list[dict[str, float]], attributed: dict[str, Any],
+            shares_by_round: list[dict[str, dict[str, float]]]) -> dict[str, Any]:
+    """The record of the rounds done so far (the ratios to ``rlscope prof`` where it ran)."""
+    record = {
         **setting,
         "workload": {"envs": args.envs, "steps": args.steps, "iterations": args.iterations},
         "rounds_done": len(rounds),
         "iteration_s": times,
         "iteration_s_median": {mode: statistics.median(v) for mode, v in times.items()},
-        "scopes_over_prof": {"median": statistics.median(ratios), "min": min(ratios), "max": max(ratios),
-                             "rounds": ratios},
-        "precise_over_prof": {"median": statistics.median(precise_ratios), "min": min(precise_ratios),
-                              "max": max(precise_ratios), "rounds": precise_ratios},
-        "attribution": attributed,
     }
+    if "prof" in times:
+        for mode in ("scopes", "precise"):
+            ratios = [row[mode] / row["prof"] for row in rounds]
+            record[f"{mode}_over_prof"] = {"median": statistics.median(ratios), "min": min(ratios),
+                                           "max": max(ratios), "rounds": ratios}
+    return {**record, "attribution": attributed, "shares_by_round": shares_by_round,
+            "shares_over_rounds": shares_over_rounds(shares_by_round)}
 
 
 def main() -> None:
@@ -208,16 +251,21 @@ def main() -> None:
     rounds: list[dict[str, float]] = []
     setting = _setting()
     attributed: dict[str, Any] = {}
+    shares_by_round: list[dict[str, dict[str, float]]] = []
     for r in range(args.rounds):
         for mode in modes[r % len(modes):] + modes[:r % len(modes)]:  # each mode first in turn
             times[mode].append(run(mode, args, work / f"{mode}{r}"))
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
+        tables = {}
+        for mode in (m for m in SHARE_MODES if m in modes):
+            (_, found) = kernel_tables(work / f"{mode}{r}", both=mode == "precise" and r == 0)
+            tables[mode] = found
         if r == 0:  # round 0's traces, analysed before more rounds: a stopped bench keeps its attribution
-            (_, (by_name,)), (_, (by_nvtx, precise_by_name)) = \
-                kernel_tables(work / "scopes0"), kernel_tables(work / "precise0", both=True)
+            (by_name,), (by_nvtx, precise_by_name) = tables["scopes"], tables["precise"]
             attributed = {**attribution(by_name, by_nvtx), "one_trace": one_trace(precise_by_name, by_nvtx)}
-        record = _record(args, setting, times, rounds, attributed)
+        shares_by_round.append({mode: scope_shares(found[0]) for mode, found in tables.items() if found[0] is not None})
+        record = _record(args, setting, times, rounds, attributed, shares_by_round)
         if args.out:  # rewritten after every round, so a bench stopped part way keeps the rounds it finished
             write(args.out, record)
     print(json.dumps({"host": host(), **record}, indent=1, default=str))

@@ -9,7 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 from tables_common import in_order, markdown_table, ok_results
 
-from rlscope.plot.jitted import FUSED_LABEL, iteration_kernels
+from rlscope.plot.jitted import FUSED_LABEL, SCOPE_DEPTH, iteration_kernels
 
 _NAME = "jitted_training"
 
@@ -20,10 +20,11 @@ def _runs() -> pd.DataFrame:
     return ok.drop_duplicates(["framework", "environment", "repetition"])
 
 
-def _scopes() -> pd.DataFrame:
-    """Per jitted run and scope, its share of the iteration's kernel time (the step's kernels and
-    the fused rollout kernel's; no compile-time autotuning), mean over repetitions."""
-    rows = iteration_kernels(ok_results(_NAME))
+def _scopes(depth: int | None = SCOPE_DEPTH) -> pd.DataFrame:
+    """Per jitted run and scope (cut to ``depth`` names, as the figure's), its share of the
+    iteration's kernel time (the step's kernels and the fused rollout kernel's; no compile-time
+    autotuning), mean over repetitions."""
+    rows = iteration_kernels(ok_results(_NAME), depth)
     seconds = rows.groupby(["framework", "environment", "repetition", "scope"])["seconds"].sum()
     shares = seconds / seconds.groupby(level=["framework", "environment", "repetition"]).transform("sum")
     return shares.groupby(["framework", "environment", "scope"]).mean().rename("share").reset_index()
@@ -73,11 +74,21 @@ def jitted_training_findings() -> str:
                      f"{env_share:.1%} of the step's kernel time, the policy's inference in the rollout "
                      f"{inference:.1%}.")
     if ("jax_jit", "ant", "rollout/env") in scopes.index:
-        lines.append(f"- **Inside the whole-step jit on brax's ant**: the simulator (`rollout/env`) is "
-                     f"{scopes[('jax_jit', 'ant', 'rollout/env')]:.1%} of the step's kernel time.")
+        lines.append(_ant_finding(scopes[("jax_jit", "ant", "rollout/env")]))
     if {"jax_fused", "jax_jit"} <= set(cartpole.index):
         lines.append(_fused_finding(cartpole))
     return "\n".join(lines) + "\n"
+
+
+def _ant_finding(env_share: float) -> str:
+    """The simulator's share on ant, and the largest of MJX's own scopes inside it."""
+    deep = _scopes(depth=None)
+    deep = deep[(deep["framework"] == "jax_jit") & (deep["environment"] == "ant")
+                & deep["scope"].str.startswith("rollout/env/")].nlargest(3, "share")
+    parts = ", ".join(f"`{r.scope.removeprefix('rollout/env/')}` {r.share:.1%}" for r in deep.itertuples())
+    return (f"- **Inside the whole-step jit on brax's ant**: the simulator (`rollout/env`, with MJX's own "
+            f"`jax.named_scope`s under it) is {env_share:.1%} of the step's kernel time"
+            + (f"; its largest scopes: {parts}." if parts else "."))
 
 
 def _rollout_kernels(framework: str) -> tuple[float, float]:

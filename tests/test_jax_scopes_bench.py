@@ -1,0 +1,36 @@
+"""bench/jax_scopes.py: each scope's share over rounds, per mode, against the precise mode's."""
+
+from __future__ import annotations
+
+import importlib.util
+import math
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("jax")
+_PATH = Path(__file__).resolve().parents[1] / "bench" / "jax_scopes.py"
+_spec = importlib.util.spec_from_file_location("jax_scopes_bench", _PATH)
+bench = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(bench)
+
+
+def test_shares_are_averaged_over_rounds_and_compared_with_the_precise_mode() -> None:
+    by_round = [{"scopes": {"env": 0.08, "update": 0.92}, "precise": {"env": 0.10, "update": 0.90},
+                 "scopes-graphs-off": {"env": 0.10, "update": 0.90}},
+                {"scopes": {"env": 0.06, "update": 0.94}, "precise": {"env": 0.10, "gae": 0.02, "update": 0.88},
+                 "scopes-graphs-off": {"env": 0.10, "update": 0.90}}]
+    summary = bench.shares_over_rounds(by_round)
+    assert summary["modes"] == ["scopes", "scopes-graphs-off", "precise"]
+    env = summary["scopes"]["env"]
+    assert math.isclose(env["scopes"], 0.07) and math.isclose(env["precise"], 0.10)
+    assert math.isclose(env["scopes_relative_difference"], -0.3)
+    assert math.isclose(env["scopes-graphs-off_relative_difference"], 0.0)
+    gae = summary["scopes"]["gae"]  # in one round of one mode: a share of 0 in the others
+    assert math.isclose(gae["precise"], 0.01) and gae["scopes"] == 0.0 and not gae["goal_applies"]
+    assert summary["scopes"]["update"]["goal_applies"]
+
+
+def test_a_scope_the_precise_mode_never_saw_has_no_relative_difference() -> None:
+    summary = bench.shares_over_rounds([{"scopes": {"library (unattributed)": 0.2}, "precise": {"update": 1.0}}])
+    assert summary["scopes"]["library (unattributed)"]["scopes_relative_difference"] is None
