@@ -128,6 +128,32 @@ def test_the_calling_operation_s_kernel_time_splits_by_scope_and_nothing_else_ch
     assert scoped["jax_scopes"]["scope"].tolist() == table["scope"].tolist()
 
 
+def test_rows_without_a_scope_name_their_largest_kernels(tmp_path: Path, ppo_step: str) -> None:
+    """An unmatched or library row says which kernels it holds, largest first (so a user can tell
+    a library the rule does not know from a kernel of a module that was not dumped); a row of a
+    scope names none."""
+    from rlscope.analyze.summary import format_jax_scopes
+
+    inference = _kernel_of(ppo_step, "rollout/inference")
+    kernels = [inference, "potrf_small_kernel", "trsm_left_kernel", "trsm_left_kernel", "a", "b", "c"]
+    process = join_scopes(_trace(_dump(tmp_path / "scoped", {"jit_step": ppo_step}), kernels))
+    table = scope_table(process).set_index("scope")
+    unmatched = table.loc[UNMATCHED, "kernel_names"].split("; ")
+    assert len(unmatched) == 3 and unmatched[0] == "trsm_left_kernel"  # two launches: the most time
+    assert table.loc["rollout/inference", "kernel_names"] == ""
+    assert "trsm_left_kernel" in format_jax_scopes(scope_table(process))
+
+
+def test_an_analysis_written_before_kernel_names_reads_with_them_empty(tmp_path: Path, ppo_step: str) -> None:
+    from rlscope.analyze import read_tables, write_tables
+
+    process = join_scopes(_trace(_dump(tmp_path / "scoped", {"jit_step": ppo_step}), ["not_xla_kernel"]))
+    tables = analyze_processes([process])
+    tables["jax_scopes"] = tables["jax_scopes"].drop(columns="kernel_names")
+    write_tables(tables, tmp_path / "analysis")
+    assert read_tables(tmp_path / "analysis", tmp_path)["jax_scopes"]["kernel_names"].tolist() == [""]
+
+
 def test_a_name_several_modules_have_takes_the_module_of_its_neighbours(tmp_path: Path, ppo_step: str) -> None:
     table = instruction_scopes(parse_hlo(ppo_step), SCOPES)
     env = table[table["scope"] == "rollout/env"].iloc[0]

@@ -22,6 +22,7 @@ __all__ = ["analyze_trace", "analyze_processes", "read_attributed", "write_table
 ANALYSIS_DIR = "analysis"
 TABLES = ("breakdown", "transitions", "gpu", "utilisation", "sampled", "jax_scopes")
 _ADDED_LATER = {"jax_scopes": SCOPE_TABLE_COLUMNS}  # tables older analyses lack, read as empty
+_COLUMNS_ADDED_LATER = {"jax_scopes": {"kernel_names": ""}}  # columns older analyses lack, and their value
 
 
 def analyze_trace(directory: Path, drop_corrupt: bool = False) -> dict[str, pd.DataFrame]:
@@ -78,6 +79,9 @@ def read_tables(out_dir: Path, trace_dir: Path) -> dict[str, pd.DataFrame]:
         path = out_dir / f"{name}.parquet"
         try:
             tables[name] = pd.read_parquet(path)
+            for column, value in _COLUMNS_ADDED_LATER.get(name, {}).items():
+                if column not in tables[name]:
+                    tables[name][column] = value
         except FileNotFoundError as err:
             if name in _ADDED_LATER:  # an analysis written before the table existed: it had none
                 tables[name] = pd.DataFrame(columns=list(_ADDED_LATER[name]))

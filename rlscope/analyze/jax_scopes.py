@@ -46,7 +46,12 @@ __all__ = ["DumpedModule", "read_modules", "kernel_scopes", "join_scopes", "scop
 
 AUTOTUNING = "autotuning (compile time)"
 JOIN_MATCHES = (*MATCH_KINDS, "order", "nvtx", "autotuning")
-SCOPE_TABLE_COLUMNS = ("process", "operation", "scope", "match", "kernels", "duration_ns", "share")
+SCOPE_TABLE_COLUMNS = ("process", "operation", "scope", "match", "kernels", "duration_ns", "share", "kernel_names")
+# Rows whose kernels no scope was given by evidence: their kernels' names say what they are (the
+# library's that the library rule does not know, say), so the table names the largest.
+NAMED_MATCHES = ("unmatched", "ambiguous", "library")
+NAMED_KERNELS = 3
+_NAME_CHARS = 120
 # module_0008.jit_step.sm_9.0_gpu_after_optimizations.txt: number, module name, platform.
 _MODULE_FILE = re.compile(r"module_(\d+)\.([^.]+)\..*after_optimizations\.txt")
 _THUNK = re.compile(r"Thunk:#(?:name=(?P<name>[^,#]*),)?hlo_op=(?P<op>[^,#]+)")
@@ -319,20 +324,35 @@ def join_scopes(process: ProcessTrace, nvtx: bool = True) -> ProcessTrace:
     return dataclasses.replace(process, events=ev.reset_index(drop=True), scopes=scopes)
 
 
+def _largest_kernels(kernels: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+    """Per row of ``table``: for a NAMED_MATCHES row, its NAMED_KERNELS kernel names of the most
+    time ("; "-joined, each cut to _NAME_CHARS characters); "" for the others."""
+    named = kernels[kernels["match"].isin(NAMED_MATCHES)]
+    time = named.groupby(["operation", "scope", "match", "kernel"], sort=False)["duration_ns"].sum()
+    largest: dict[tuple[str, str, str], str] = {}
+    for key, group in time.groupby(level=["operation", "scope", "match"], sort=False):
+        top = group.nlargest(NAMED_KERNELS).index.get_level_values("kernel")
+        largest[key] = "; ".join(name[:_NAME_CHARS] for name in top)
+    return [largest.get((row.operation, row.scope, row.match), "") for row in table.itertuples()]
+
+
 def scope_table(process: ProcessTrace) -> pd.DataFrame:
     """GPU kernel time per (Python operation, scope, match) of a process's jitted modules, largest
-    first, with each row's share of its operation's kernel time (columns SCOPE_TABLE_COLUMNS;
-    empty for a process profiled without ``--jax-scopes``)."""
+    first, with each row's share of its operation's kernel time and, where no scope was found for
+    its kernels (unmatched, ambiguous, library), the names of the largest (columns
+    SCOPE_TABLE_COLUMNS; empty for a process profiled without ``--jax-scopes``)."""
     scopes = process.scopes
     if scopes is None or scopes.empty:
         return pd.DataFrame(columns=list(SCOPE_TABLE_COLUMNS))
     names = process.events["name"].cat.categories
     # overlap.UNANNOTATED's label; overlap imports attribution, which imports this module
     operation = [names[op] if op >= 0 else "(unannotated)" for op in scopes["operation"]]
-    groups = scopes.assign(operation=operation).groupby(["operation", "scope", "match"], sort=False)
+    kernels = scopes.assign(operation=operation, kernel=process.events.loc[scopes.index, "name"].astype(str).to_numpy())
+    groups = kernels.groupby(["operation", "scope", "match"], sort=False)
     table = groups.agg(kernels=("duration_ns", "size"), duration_ns=("duration_ns", "sum")).reset_index()
     whole = table.groupby("operation")["duration_ns"].transform("sum")
     table["share"] = np.where(whole > 0, table["duration_ns"] / whole.where(whole > 0, 1), 0.0)
+    table["kernel_names"] = _largest_kernels(kernels, table)
     table.insert(0, "process", process.process)
     return table.sort_values(["operation", "duration_ns"], ascending=[True, False], kind="stable")[
         list(SCOPE_TABLE_COLUMNS)].reset_index(drop=True)

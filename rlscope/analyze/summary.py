@@ -51,8 +51,12 @@ def format_jax_scopes(jax_scopes: pd.DataFrame) -> str:
     rows["ms"] = (rows["ms"] / 1e6).round(3)
     rows["share"] = (rows["share"] * 100).round(1)
     rows = rows.rename(columns={"share": "%"})
-    return "\n".join(["GPU kernel time inside jax.jit per jax.named_scope (ms, % of the operation's):",
-                      rows.to_string()])
+    lines = ["GPU kernel time inside jax.jit per jax.named_scope (ms, % of the operation's):", rows.to_string()]
+    named = jax_scopes[jax_scopes["kernel_names"].astype(bool)] if "kernel_names" in jax_scopes else jax_scopes.iloc[:0]
+    if not named.empty:
+        lines.append("Their largest kernels where no scope was found (unmatched, ambiguous, library):")
+        lines += [f"  {r.process} / {r.operation} / {r.scope}: {r.kernel_names}" for r in named.itertuples()]
+    return "\n".join(lines)
 
 
 def _mark(table: pd.DataFrame, rows: pd.DataFrame, marks: dict[str, str]) -> None:
