@@ -60,12 +60,14 @@ def _jitted_command(framework: str, timesteps: int, device: str, environment: st
 
 
 def _scope_rows(scopes: Any) -> list[dict[str, Any]]:
-    """One row per (operation, scope) of the jitted step's kernel time."""
+    """One row per (operation, scope) of the jitted step's kernel time; a row without a scope
+    (unmatched, ambiguous, library) names its largest kernels."""
     rows = []
     for (operation, scope), group in scopes.groupby(["operation", "scope"], sort=False):
         rows.append({"table": "jax_scopes", "operation": operation, "scope": scope,
                      "seconds": float(group["duration_ns"].sum()) / 1e9, "share": float(group["share"].sum()),
-                     "kernels": int(group["kernels"].sum()), "match": ",".join(sorted(set(group["match"])))})
+                     "kernels": int(group["kernels"].sum()), "match": ",".join(sorted(set(group["match"]))),
+                     "kernel_names": "; ".join(name for name in group["kernel_names"] if name)})
     return rows
 
 
