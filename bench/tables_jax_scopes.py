@@ -10,8 +10,8 @@ from tables_common import RESULTS, markdown_table
 JAX_SCOPES = RESULTS / "jax_scopes"
 
 
-def _record(name: str = "h100.json") -> dict:
-    return json.loads((JAX_SCOPES / name).read_text())
+def _record() -> dict:
+    return json.loads((JAX_SCOPES / "h100.json").read_text())
 
 
 def _caption(data: dict) -> str:
@@ -21,46 +21,45 @@ def _caption(data: dict) -> str:
             f"(`{data['command']}`)" + (f". {data['note']}" if data.get("note") else "") + "\n\n")
 
 
-def _join_caption(data: dict) -> str:
-    return (f"Analysed at commit {data['host']['commit']}, {data['host']['date']}, JAX {data['recorded'][0]['jax']} "
-            f"(`{data['command']}`). {data['note']}.\n\n")
-
-
-def _difference(r: dict) -> str:
-    return "n/a" if r["relative_difference"] is None else f"{r['relative_difference']:+.1%}"
+def _difference(value: float | None) -> str:
+    return "n/a" if value is None else f"{value:+.1%}"
 
 
 def jax_scopes_shares() -> str:
-    """Per scope, its share of the GPU kernel time of the timed iteration (autotuning left out):
-    the default mode's own trace, the precise mode's, and the precise trace joined by name alone
-    (the default mode's join on the same kernels), each against the precise mode; then the
-    kernels per scope and their mean duration in each mode's trace."""
-    data = _record("h100_join.json")
+    """Per scope, its share of the GPU kernel time of the timed iterations (autotuning left out),
+    mean over the rounds: the precise mode's, the default mode's, and the default mode's with
+    XLA's command buffers off as the precise mode runs, each against the precise mode; the
+    precise trace of round 0 joined by name alone (the default mode's join on the same kernels);
+    then round 0's kernel counts per scope and their mean duration in each mode's trace."""
+    data = _record()
+    over = data["shares_over_rounds"]
     a, one = data["attribution"], data["attribution"]["one_trace"]
     rows = []
-    for scope, r in sorted(a["shares"].items(), key=lambda kv: -kv[1]["precise"]):
+    for scope, r in sorted(over["scopes"].items(), key=lambda kv: -kv[1]["precise"]):
         same = one["shares"].get(scope, {"default": 0.0, "relative_difference": None})
-        rows.append([scope, f"{r['precise']:.1%}", f"{r['default']:.1%}", _difference(r), f"{same['default']:.1%}",
-                     _difference(same), "yes" if r["goal_applies"] else "no"])
-    for scope, same in one["shares"].items():
-        if scope not in a["shares"]:
-            rows.append([scope, f"{same['precise']:.1%}", "0.0%", "n/a", f"{same['default']:.1%}", _difference(same),
-                         "yes" if same["goal_applies"] else "no"])
+        rows.append([scope, f"{r['precise']:.1%}", f"{r['scopes']:.1%}", _difference(r["scopes_relative_difference"]),
+                     f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"]),
+                     f"{same['default']:.1%}", _difference(same["relative_difference"]),
+                     "yes" if r["goal_applies"] else "no"])
     total = sum(a["matches_default"].values())
     matches = ", ".join(f"{k} {v / total:.1%}" for k, v in sorted(a["matches_default"].items(), key=lambda kv: -kv[1]))
     durations = a["kernel_durations"]
     kernel_rows = [[scope, d["kernels"], durations["precise"].get(scope, {}).get("kernels", 0), f"{d['mean_ns']:,.0f}",
                     f"{durations['precise'][scope]['mean_ns']:,.0f}" if scope in durations["precise"] else "n/a"]
                    for scope, d in sorted(durations["default"].items(), key=lambda kv: -kv[1]["kernels"])]
-    return (_join_caption(data)
-            + markdown_table(["scope", "precise mode", "default mode (own trace)", "vs precise",
-                              "default join on the precise trace", "vs precise", "share >= 5%"], rows)
-            + f"\n\nKernels attributed (a scope, no scope, library or fused across scopes): default mode "
+    return (_caption(data)
+            + f"Shares: mean over {over['rounds']} rounds, one process per mode per round.\n\n"
+            + markdown_table(["scope", "precise mode", "default mode", "vs precise",
+                              "default mode, CUDA graphs off", "vs precise", "default join on the precise trace",
+                              "vs precise", "share >= 5%"], rows)
+            + f"\n\nRound 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
-              f"matched them: {matches}. Kernel by kernel over the timed iteration, the two traces launch "
+              f"matched them: {matches}. Kernel by kernel over the timed iterations, the two traces launch "
               f"{a['step_kernels'][0]:,} and {a['step_kernels'][1]:,} kernels, "
               f"{a['step_kernels_same_name']:,} with the same name at the same position and "
-              f"{a['step_kernels_same_scope']:,} of those with the same scope. "
+              f"{a['step_kernels_same_scope']:,} of those with the same scope; of the "
+              f"{a['kernel_names_compared']:,} kernel names in both, {a['kernel_names_same_scope']:,} get the same "
+              f"scope in both. "
               f"On the precise trace, the name join gives {one['kernels_same_scope']:.1%} of its {one['kernels']:,} "
               f"kernels ({one['time_same_scope']:.1%} of their time) the scope XLA's ranges give.\n\n"
             + markdown_table(["scope", "kernels (default mode)", "kernels (precise mode)", "mean ns (default mode)",
@@ -79,10 +78,16 @@ def jax_scopes_cost() -> str:
                                ("--jax-scopes=precise over rlscope prof", data["precise_over_prof"]))]
     scopes = data["scopes_over_prof"]["rounds"]
     below = sum(r < 1 for r in scopes)
+    graphs = ""
+    if "scopes-graphs-off" in medians:
+        graphs = (f" With CUDA graphs off (and nothing else changed) the default mode takes "
+                  f"{medians['scopes-graphs-off'] / medians['scopes']:.1f}x its time with them, and the precise mode "
+                  f"{medians['precise'] / medians['scopes-graphs-off']:.2f}x the graphs-off default mode's: most of "
+                  f"the precise mode's cost is the graphs it turns off, the rest its ranges.")
     return (_caption(data) + markdown_table(["mode", "ms per iteration (median)", "each round"], rows) + "\n\n"
             + markdown_table(["ratio", "median [min, max] over rounds", "rounds"], ratios)
             + f"\n\n`--jax-scopes` over `rlscope prof` was below 1 in {below} of {len(scopes)} rounds; the rounds "
-              f"span {max(scopes) - min(scopes):.2f} of the ratio, against the goal's margin of 0.05.\n")
+              f"span {max(scopes) - min(scopes):.2f} of the ratio, against the goal's margin of 0.05.{graphs}\n")
 
 
 TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost}

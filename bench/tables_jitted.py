@@ -9,6 +9,7 @@ from collections.abc import Callable
 import pandas as pd
 from tables_common import in_order, markdown_table, ok_results
 
+from experiments.casestudies.jitted_training import ENVS, ROLLOUT_STEPS
 from rlscope.plot.jitted import FUSED_LABEL, SCOPE_DEPTH, iteration_kernels
 
 _NAME = "jitted_training"
@@ -80,15 +81,29 @@ def jitted_training_findings() -> str:
     return "\n".join(lines) + "\n"
 
 
+def _kernels_per_rollout_step(environment: str) -> float:
+    """The jitted iterations' kernels (the update's included, no autotuning) per step of the
+    rollout (all environments at once), mean over repetitions."""
+    rows = iteration_kernels(ok_results(_NAME))
+    rows = rows[(rows["framework"] == "jax_jit") & (rows["environment"] == environment)]
+    runs = _runs().set_index(["framework", "environment", "repetition"]).sort_index().loc[("jax_jit", environment)]
+    kernels = rows.groupby("repetition")["kernels"].sum()
+    return float((kernels / (runs["iterations"] * ROLLOUT_STEPS).reindex(kernels.index)).mean())
+
+
 def _ant_finding(env_share: float) -> str:
-    """The simulator's share on ant, and the largest of MJX's own scopes inside it."""
+    """The simulator's share on ant, the largest of MJX's own scopes inside it, and how many
+    kernels the step launches per environment step against CartPole's."""
     deep = _scopes(depth=None)
     deep = deep[(deep["framework"] == "jax_jit") & (deep["environment"] == "ant")
                 & deep["scope"].str.startswith("rollout/env/")].nlargest(3, "share")
     parts = ", ".join(f"`{r.scope.removeprefix('rollout/env/')}` {r.share:.1%}" for r in deep.itertuples())
     return (f"- **Inside the whole-step jit on brax's ant**: the simulator (`rollout/env`, with MJX's own "
             f"`jax.named_scope`s under it) is {env_share:.1%} of the step's kernel time"
-            + (f"; its largest scopes: {parts}." if parts else "."))
+            + (f"; its largest scopes: {parts}" if parts else "")
+            + f". Per step of its rollout (all {ENVS} environments at once; the update's kernels counted in), "
+            f"the iteration launches {_kernels_per_rollout_step('ant'):,.0f} kernels on ant, "
+            f"{_kernels_per_rollout_step('cartpole'):,.0f} on CartPole.")
 
 
 def _rollout_kernels(framework: str) -> tuple[float, float]:

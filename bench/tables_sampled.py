@@ -60,9 +60,13 @@ def _gpu_runs() -> list[dict]:
     return [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("size_*_h100.json"))]
 
 
-def _per_hour(value: float) -> str:
-    """A growth per hour, or "too short" where the runs gave too few samples (NaN)."""
-    return "too short" if math.isnan(value) else f"{value:+,.0f}"
+MIN_GROWTH_S = 120.0  # a shorter run's second half still holds its start-up (imports, CUDA's context)
+
+
+def _per_hour(value: float, wall_s: float) -> str:
+    """A growth per hour, or "run too short" where the runs were too short to tell one (NaN, or
+    under MIN_GROWTH_S: the fit would measure start-up)."""
+    return "run too short" if math.isnan(value) or wall_s < MIN_GROWTH_S else f"{value:+,.0f}"
 
 
 def gpu_cost() -> str:
@@ -74,7 +78,7 @@ def gpu_cost() -> str:
             low, high = r["over_off_range"]
             rows.append([data["workload"], mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]",
                          f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:,.0f}",
-                         _per_hour(r["rss_mb_per_hour"]), _per_hour(r["gpu_mb_per_hour"]),
+                         _per_hour(r["rss_mb_per_hour"], r["wall_s"]), _per_hour(r["gpu_mb_per_hour"], r["wall_s"]),
                          f"{r['dropped_records']:,}"])
     captions = "; ".join(f"{d['workload']}: {d['iterations']:,.0f} iterations, {d['rounds']} rounds, sample "
                          f"{d['sample']}" for d in _gpu_runs())
