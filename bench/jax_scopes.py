@@ -6,7 +6,8 @@ the precise mode (XLA's NVTX ranges), and what the default mode costs over ``rls
 
 The workload is ``experiments/casestudies/jitted_ppo.py`` (PPO compiled whole). Each round runs
 one process per mode: none (no rlscope), prof (``rlscope prof``), scopes (``--jax-scopes``),
-precise (``--jax-scopes=precise``), rotated so that each mode goes first in turn; each process
+precise (``--jax-scopes=precise``), scopes-graphs-off (``--jax-scopes`` with XLA's command buffers
+off), rotated so that each mode goes first in turn; each process
 reports its own seconds per training iteration after two that compile. The record holds, per
 mode, every round's time and their median, and per round the scopes-over-prof ratio (so both
 sides share the round's machine state), summarised as median [min, max] over rounds.
@@ -28,7 +29,7 @@ iterations and its share of the step (autotuning kernels left out), the fraction
 attributed (to a user scope, or explicitly to "no scope", library or fused across scopes: not
 unmatched or ambiguous), and per kernel name whether the default mode's scope equals the
 precise mode's, and kernel by kernel over the step's timed kernels (the step launches the same
-kernels in the same order in both modes): checks on the join that no timing enters. ``one_trace``:
+kernels in both modes, mostly in the same order): checks on the join that no timing enters. ``one_trace``:
 the precise trace joined by name alone (the default mode's join) against its NVTX join, on the
 same kernels with the same durations: the join's error without the two processes' timing.
 """
@@ -165,8 +166,9 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
     if default is None or precise is None:
         return {"kernels": 0}
     compared = _shares(default, precise)
-    # Kernel by kernel: the step launches the same kernels in the same order in both modes, so the
-    # n-th kernel of the timed iterations is the same launch of the same instruction in each.
+    # Kernel by kernel: the step launches the same kernels in both modes, mostly in the same order
+    # (the n-th kernel of the timed iterations is then the same launch of the same instruction in
+    # each); where the order differs, the per-name comparison below still holds.
     step_d, step_p = default[default["module"] == "jit_train_step"], precise[precise["module"] == "jit_train_step"]
     n = min(len(step_d), len(step_p))
     same_kernel = step_d["kernel"].to_numpy()[:n] == step_p["kernel"].to_numpy()[:n]

@@ -11,9 +11,12 @@ loops (``experiments/overhead/loops.py``: gym_numpy, sb3_ppo_cuda, jax_loop, ...
 Per process: the loop's wall time, the trace's bytes, peak resident memory, and a timeline
 sampled every ``--watch-s`` seconds by a thread of the process (resident memory, the GPU's used
 memory through NVML, the trace's bytes so far; also appended to ``TRACE.timeline.jsonl`` beside
-the trace as it goes, so a run stopped by a time limit keeps it), from which the summary takes each one's growth
-per hour over the run's second half (a fit): what a run of hours would add. ``full`` and
-``sampled`` also give CUPTI's dropped records (``meta.json``).
+the trace as it goes, so a run stopped by a time limit keeps it), from which the summary takes
+each one's growth per hour over the run's second half (a fit): what a run of hours would add.
+The watcher runs in the measured process (a few file reads a sample): its cost is in every
+mode's time alike, and the final sample, taken after the session's end, holds the last flush.
+``full`` and ``sampled`` also give CUPTI's dropped records (``meta.json``). The record names the
+host, commit and GPU.
 
 Shares: with ``--subsample SEEDS``, the first full trace is also sampled afterwards once per seed
 (``sampled_validation.check``): the estimator and its intervals against the very run they sample.
@@ -30,6 +33,7 @@ from __future__ import annotations
 import argparse
 import json
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -166,7 +170,16 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
+def gpu_name() -> str:
+    """The GPU and driver, as nvidia-smi names them ("none" without one)."""
+    if shutil.which("nvidia-smi") is None:
+        return "none"
+    return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
+                          capture_output=True, text=True, check=False).stdout.strip() or "none"
+
+
 def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int) -> dict[str, Any]:
+    from run_record import host
     from sampled_validation import check
 
     from rlscope.collect.sampling import parse_sample
@@ -210,7 +223,8 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                          "gpu_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 2) for r in mine),
                          "trace_mb_per_hour_late": statistics.median(growth_per_hour(r["timeline"], 3) for r in mine),
                          "dropped_records": max(r["dropped_records"] for r in mine)}
-    return {"workload": workload, "steps": steps, "iterations": iterations, "rounds": rounds, "sample": sample,
+    return {"host": host(), "gpu": gpu_name(), "workload": workload, "steps": steps, "iterations": iterations,
+            "rounds": rounds, "sample": sample,
             "min_share": MIN_SHARE, "runs": runs, "summary": summary, "shares": share_agreement(runs),
             "subsampled": subsampled}
 

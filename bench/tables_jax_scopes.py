@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import statistics
 from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
@@ -35,11 +36,13 @@ def jax_scopes_shares() -> str:
     over = data["shares_over_rounds"]
     a, one = data["attribution"], data["attribution"]["one_trace"]
     rows = []
+    graphs_off = "scopes-graphs-off" in over["modes"]
     for scope, r in sorted(over["scopes"].items(), key=lambda kv: -kv[1]["precise"]):
-        same = one["shares"].get(scope, {"default": 0.0, "relative_difference": None})
+        same = one["shares"].get(scope, {"default": 0.0, "precise": 0.0, "relative_difference": None})
+        off = [f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"])] \
+            if graphs_off else []
         rows.append([scope, f"{r['precise']:.1%}", f"{r['scopes']:.1%}", _difference(r["scopes_relative_difference"]),
-                     f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"]),
-                     f"{same['default']:.1%}", _difference(same["relative_difference"]),
+                     *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
                      "yes" if r["goal_applies"] else "no"])
     total = sum(a["matches_default"].values())
     matches = ", ".join(f"{k} {v / total:.1%}" for k, v in sorted(a["matches_default"].items(), key=lambda kv: -kv[1]))
@@ -48,10 +51,11 @@ def jax_scopes_shares() -> str:
                     f"{durations['precise'][scope]['mean_ns']:,.0f}" if scope in durations["precise"] else "n/a"]
                    for scope, d in sorted(durations["default"].items(), key=lambda kv: -kv[1]["kernels"])]
     return (_caption(data)
-            + f"Shares: mean over {over['rounds']} rounds, one process per mode per round.\n\n"
+            + f"Shares: mean over {over['rounds']} rounds, one process per mode per round; the last three "
+              f"columns are round 0's precise trace alone, joined by XLA's ranges and by name.\n\n"
             + markdown_table(["scope", "precise mode", "default mode", "vs precise",
-                              "default mode, CUDA graphs off", "vs precise", "default join on the precise trace",
-                              "vs precise", "share >= 5%"], rows)
+                              *(["default mode, CUDA graphs off", "vs precise"] if graphs_off else []),
+                              "round 0's precise trace: by ranges", "by name", "vs ranges", "share >= 5%"], rows)
             + f"\n\nRound 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
               f"matched them: {matches}. Kernel by kernel over the timed iterations, the two traces launch "
@@ -79,11 +83,17 @@ def jax_scopes_cost() -> str:
     scopes = data["scopes_over_prof"]["rounds"]
     below = sum(r < 1 for r in scopes)
     graphs = ""
-    if "scopes-graphs-off" in medians:
+    if "scopes-graphs-off" in medians:  # ratios taken round by round, as the others
+        times = data["iteration_s"]
+        off = [g / d for g, d in zip(times["scopes-graphs-off"], times["scopes"])]
+        ranges = [p / g for p, g in zip(times["precise"], times["scopes-graphs-off"])]
         graphs = (f" With CUDA graphs off (and nothing else changed) the default mode takes "
-                  f"{medians['scopes-graphs-off'] / medians['scopes']:.1f}x its time with them, and the precise mode "
-                  f"{medians['precise'] / medians['scopes-graphs-off']:.2f}x the graphs-off default mode's: most of "
-                  f"the precise mode's cost is the graphs it turns off, the rest its ranges.")
+                  f"{statistics.median(off):.1f}x [{min(off):.1f}, {max(off):.1f}] its time with them; the precise "
+                  f"mode takes {statistics.median(ranges):.2f}x [{min(ranges):.2f}, {max(ranges):.2f}] the graphs-off "
+                  f"default mode's, " + ("more in every round: its ranges cost time too." if min(ranges) > 1 else
+                                         f"below 1 in {sum(r < 1 for r in ranges)} of {len(ranges)} rounds: what its "
+                                         f"ranges add is not told apart from the rounds' spread.")
+                  + (" Most of the precise mode's cost is the graphs it turns off." if min(off) > 1 else ""))
     return (_caption(data) + markdown_table(["mode", "ms per iteration (median)", "each round"], rows) + "\n\n"
             + markdown_table(["ratio", "median [min, max] over rounds", "rounds"], ratios)
             + f"\n\n`--jax-scopes` over `rlscope prof` was below 1 in {below} of {len(scopes)} rounds; the rounds "

@@ -10,6 +10,8 @@ import pandas as pd
 from tables_common import in_order, markdown_table, ok_results
 
 from experiments.casestudies.jitted_training import ENVS, ROLLOUT_STEPS
+from rlscope.analyze.hlo_join import UNMATCHED
+from rlscope.analyze.hlo_scopes import FUSED_ACROSS
 from rlscope.plot.jitted import FUSED_LABEL, SCOPE_DEPTH, iteration_kernels
 
 _NAME = "jitted_training"
@@ -98,8 +100,12 @@ def _ant_finding(env_share: float) -> str:
     deep = deep[(deep["framework"] == "jax_jit") & (deep["environment"] == "ant")
                 & deep["scope"].str.startswith("rollout/env/")].nlargest(3, "share")
     parts = ", ".join(f"`{r.scope.removeprefix('rollout/env/')}` {r.share:.1%}" for r in deep.itertuples())
+    shares = _scopes().set_index(["framework", "environment", "scope"])["share"]
+    unplaced = {label: shares.get(("jax_jit", "ant", label), 0.0) for label in (FUSED_ACROSS, UNMATCHED)}
     return (f"- **Inside the whole-step jit on brax's ant**: the simulator (`rollout/env`, with MJX's own "
-            f"`jax.named_scope`s under it) is {env_share:.1%} of the step's kernel time"
+            f"`jax.named_scope`s under it) is {env_share:.1%} of the step's kernel time at least: "
+            f"{unplaced[FUSED_ACROSS]:.1%} is in fusions across scopes and {unplaced[UNMATCHED]:.1%} in kernels the "
+            f"join did not place (`{UNMATCHED}`)"
             + (f"; its largest scopes: {parts}" if parts else "")
             + f". Per step of its rollout (all {ENVS} environments at once; the update's kernels counted in), "
             f"the iteration launches {_kernels_per_rollout_step('ant'):,.0f} kernels on ant, "
@@ -125,16 +131,18 @@ def _fused_finding(cartpole: pd.Series) -> str:
     fused_kernels, fused_ms = _rollout_kernels("jax_fused")
     scan_kernels, scan_ms = _rollout_kernels("jax_jit")
     faster = cartpole["jax_fused"] < cartpole["jax_jit"]
-    runs = _runs()
-    compiled = runs[runs["environment"] == "cartpole"]
-    if "uninstrumented_iteration_s" in compiled and compiled["uninstrumented_iteration_s"].notna().any():
-        per_iteration = compiled.groupby("framework")["uninstrumented_iteration_s"].mean() * 1e3
-        steady = (f"Once compiled, an iteration takes {per_iteration['jax_fused']:.2f} ms with the fused kernel and "
-                  f"{per_iteration['jax_jit']:.2f} ms in the whole-step jit.")
-    else:
-        steady = ("These runs' times include compiling (XLA's modules, and CuPy's compile of the kernel at its first "
-                  "launch), which their rows do not separate from the compiled iterations (runs made since 79a7a02 "
-                  "keep those as `uninstrumented_iteration_s`): what the extra time is was not measured here.")
+    compiled = _runs()
+    compiled = compiled[compiled["environment"] == "cartpole"].assign(
+        iteration_ms=compiled["uninstrumented_iteration_s"] * 1e3,
+        # the training time the compiled iterations do not account for: compiling, first launches
+        outside_s=compiled["uninstrumented_learn_s"] - compiled["iterations"] * compiled["uninstrumented_iteration_s"])
+    pace = compiled.groupby("framework")["iteration_ms"].agg(["min", "max"])
+    outside = compiled.groupby("framework")["outside_s"].mean()
+    span = {f: f"{pace.loc[f, 'min']:.2f}-{pace.loc[f, 'max']:.2f}" for f in ("jax_fused", "jax_jit")}
+    steady = (f"Once compiled, an iteration takes {span['jax_fused']} ms with the fused kernel and "
+              f"{span['jax_jit']} ms in the whole-step jit (the repetitions' range); the rest of the training "
+              f"time, what the compiled iterations do not account for (compiling, the first launches), is "
+              f"{outside['jax_fused']:.1f} s against {outside['jax_jit']:.1f} s.")
     return (f"- **The fused rollout kernel: {'the rollout' if fused_ms < scan_ms else 'not the rollout'}'s GPU time "
             f"{'and' if faster else 'but not'} the training shortened**: per iteration the rollout is "
             f"{fused_kernels:.0f} launch of {fused_ms:.2f} ms in the fused kernel against {scan_kernels:,.0f} kernels "

@@ -60,8 +60,8 @@ def _jitted_command(framework: str, timesteps: int, device: str, environment: st
 
 
 def _scope_rows(scopes: Any) -> list[dict[str, Any]]:
-    """One row per (operation, scope) of the jitted step's kernel time; a row without a scope
-    (unmatched, ambiguous, library) names its largest kernels."""
+    """One row per (operation, scope) of the jitted step's kernel time; a row without a single
+    scope (unmatched, ambiguous, library, across scopes) names its largest kernels."""
     rows = []
     for (operation, scope), group in scopes.groupby(["operation", "scope"], sort=False):
         rows.append({"table": "jax_scopes", "operation": operation, "scope": scope,

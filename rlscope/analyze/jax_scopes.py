@@ -47,9 +47,10 @@ __all__ = ["DumpedModule", "read_modules", "kernel_scopes", "join_scopes", "scop
 AUTOTUNING = "autotuning (compile time)"
 JOIN_MATCHES = (*MATCH_KINDS, "order", "nvtx", "autotuning")
 SCOPE_TABLE_COLUMNS = ("process", "operation", "scope", "match", "kernels", "duration_ns", "share", "kernel_names")
-# Rows whose kernels no scope was given by evidence: their kernels' names say what they are (the
-# library's that the library rule does not know, say), so the table names the largest.
-NAMED_MATCHES = ("unmatched", "ambiguous", "library")
+# Rows whose kernels no single scope was given: their kernels' names say what they are (the
+# library's that the library rule does not know, a fusion's that spans scopes), so the table
+# names the largest.
+NAMED_MATCHES = ("unmatched", "ambiguous", "library", "across-scopes")
 NAMED_KERNELS = 3
 _NAME_CHARS = 120
 # module_0008.jit_step.sm_9.0_gpu_after_optimizations.txt: number, module name, platform.
@@ -338,8 +339,8 @@ def _largest_kernels(kernels: pd.DataFrame, table: pd.DataFrame) -> list[str]:
 
 def scope_table(process: ProcessTrace) -> pd.DataFrame:
     """GPU kernel time per (Python operation, scope, match) of a process's jitted modules, largest
-    first, with each row's share of its operation's kernel time and, where no scope was found for
-    its kernels (unmatched, ambiguous, library), the names of the largest (columns
+    first, with each row's share of its operation's kernel time and, where no single scope was
+    found for its kernels (unmatched, ambiguous, library, across scopes), the names of the largest (columns
     SCOPE_TABLE_COLUMNS; empty for a process profiled without ``--jax-scopes``)."""
     scopes = process.scopes
     if scopes is None or scopes.empty:

@@ -52,9 +52,10 @@ def format_jax_scopes(jax_scopes: pd.DataFrame) -> str:
     rows["share"] = (rows["share"] * 100).round(1)
     rows = rows.rename(columns={"share": "%"})
     lines = ["GPU kernel time inside jax.jit per jax.named_scope (ms, % of the operation's):", rows.to_string()]
-    named = jax_scopes[jax_scopes["kernel_names"].astype(bool)] if "kernel_names" in jax_scopes else jax_scopes.iloc[:0]
+    named = jax_scopes[jax_scopes["kernel_names"].astype(bool)]
     if not named.empty:
-        lines.append("Their largest kernels where no scope was found (unmatched, ambiguous, library):")
+        lines.append("Their largest kernels where no single scope was found (unmatched, ambiguous, library, "
+                     "across scopes):")
         lines += [f"  {r.process} / {r.operation} / {r.scope}: {r.kernel_names}" for r in named.itertuples()]
     return "\n".join(lines)
 
