@@ -4,7 +4,9 @@
         [--sample window=20,block=1000,warmup=50] [--watch-s 1] [--out size.json]
 
 One process per mode and round (``off``: unprofiled; ``full``: every layer the whole run;
-``sampled``: ``rlscope.profile(sample=...)``), modes rotated each round. Workloads: the overhead
+``sampled``: ``rlscope.profile(sample=...)``; with ``--modes``, also ``between`` and
+``between-noflush``, what sampling costs between its windows: ``BETWEEN_MODES``), modes rotated
+each round. Workloads: the overhead
 loops (``experiments/overhead/loops.py``: gym_numpy, sb3_ppo_cuda, jax_loop, ...) and ``tiny``
 (``bench/gpu_collector.py``'s batch-1 GPU loop); GPU layers where a GPU is visible.
 
@@ -31,7 +33,9 @@ two runs differ by their own noise too, so this is stricter than sampling one tr
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
+import os
 import resource
 import shutil
 import statistics
@@ -49,6 +53,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 MODES = ("off", "full", "sampled")
+# What sampling costs between windows, apart: a sampled session whose warm-up outlasts the run, so
+# no window ever opens (layers off, step rows recorded, CUPTI attached), and the same with no
+# time-bound writes (RLSCOPE_FLUSH_INTERVAL_S=inf: the flusher thread never wakes to write them).
+BETWEEN_MODES = ("between", "between-noflush")
+_NEVER_WARM = 2**62
 MIN_SHARE = 0.05
 
 
@@ -107,7 +116,13 @@ def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s:
 
     watcher = Watcher(trace, watch_s)
     watcher.start()
-    options = {"sample": sample} if mode == "sampled" else {}
+    options = {}
+    if mode == "sampled":
+        options = {"sample": sample}
+    elif mode in BETWEEN_MODES:
+        from rlscope.collect.sampling import parse_sample
+
+        options = {"sample": dataclasses.replace(parse_sample(sample), warmup=_NEVER_WARM)}
     began = time.perf_counter()
     if mode == "off":
         _loop(workload, steps)
@@ -161,6 +176,9 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         pairs = [(by_round[(n, "full")]["shares"].get(key, 0.0),
                   by_round[(n, "sampled")]["shares"].get(key, [0.0, 0.0, 0.0]))
                  for n in sorted({r["round"] for r in runs}) if (n, "sampled") in by_round and (n, "full") in by_round]
+        if not pairs:  # no sampled run beside the full ones
+            rows.append({"share": key, "rounds": 0})
+            continue
         within = [bool(abs(est[0] - full) <= max(0.005, 0.05 * full)) for full, est in pairs]
         covered = [bool(est[1] <= full <= est[2]) for full, est in pairs]
         rows.append({"share": key, "rounds": len(pairs), "full": statistics.median(f for f, _ in pairs),
@@ -178,10 +196,12 @@ def gpu_name() -> str:
                           capture_output=True, text=True, check=False).stdout.strip() or "none"
 
 
-def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int) -> dict[str, Any]:
+def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int,
+            modes: tuple[str, ...] = MODES) -> dict[str, Any]:
     from run_record import host
     from sampled_validation import check
 
+    from rlscope.collect.flusher import ENV_FLUSH_INTERVAL
     from rlscope.collect.sampling import parse_sample
 
     spec = parse_sample(sample)
@@ -190,16 +210,17 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
     subsampled = None
     with tempfile.TemporaryDirectory() as work:
         for round_ in range(rounds):
-            shift = round_ % len(MODES)
-            for mode in MODES[shift:] + MODES[:shift]:
+            shift = round_ % len(modes)
+            for mode in modes[shift:] + modes[:shift]:
                 trace = Path(work) / f"{mode}{round_}"
                 command = [sys.executable, __file__, "one", workload, str(steps), mode, sample, str(trace),
                            str(watch_s)]
-                done = subprocess.run(command, capture_output=True, text=True)
+                env = os.environ | ({ENV_FLUSH_INTERVAL: "inf"} if mode == "between-noflush" else {})
+                done = subprocess.run(command, capture_output=True, text=True, env=env)
                 if done.returncode:
                     raise SystemExit(f"{workload} {mode} round {round_} failed:\n{done.stderr[-3000:]}")
                 run = json.loads(done.stdout.strip().splitlines()[-1]) | {"round": round_}
-                if mode != "off":
+                if mode in ("full", "sampled"):
                     run |= shares(trace, mode, warmup)
                 if mode == "full" and subsampled is None and subsample:
                     fields = {name: getattr(spec, name) for name in ("window", "block", "warmup", "settle")}
@@ -207,9 +228,10 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                 runs.append(run)
                 print(f"round {round_} {mode:8s} {run['wall_s']:.2f} s {run['trace_bytes'] / 1e6:.1f} MB "
                       f"rss {run['max_rss_mb']:.0f} MB", flush=True)
-    iterations = statistics.median(r["iterations"] for r in runs if "iterations" in r)
+    counted = [r["iterations"] for r in runs if "iterations" in r]  # full and sampled runs count them
+    iterations = statistics.median(counted) if counted else float("nan")
     summary = {}
-    for mode in MODES:
+    for mode in modes:
         mine = [r for r in runs if r["mode"] == mode]
         ratios = [r["wall_s"] / next(o["wall_s"] for o in runs if o["mode"] == "off" and o["round"] == r["round"])
                   for r in mine]
@@ -242,9 +264,13 @@ def main() -> None:
     parser.add_argument("--watch-s", type=float, default=1.0, help="seconds between memory and size samples")
     parser.add_argument("--subsample", type=int, default=0, metavar="SEEDS",
                         help="also sample the first full trace afterwards with SEEDS seeds (sampled_validation check)")
+    parser.add_argument("--modes", nargs="+", choices=[*MODES, *BETWEEN_MODES], default=list(MODES),
+                        help="off is always run (the ratios' base); between, between-noflush: the cost between "
+                             "windows apart")
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
-    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample)
+    modes = tuple(dict.fromkeys(["off", *args.modes]))
+    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample, modes)
     for mode, row in result["summary"].items():
         print(f"{mode:8s} {row['over_off']:.2f}x {row['bytes_per_iteration']:.1f} B/iteration "
               f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MB (+{row['rss_mb_per_hour']:.0f} MB/h) "
