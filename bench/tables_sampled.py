@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
@@ -112,26 +111,16 @@ def gpu_shares() -> str:
 
 def between_windows() -> str:
     """``bench/sampled_size.py --modes full sampled between between-noflush``: per mode, the time
-    over the unprofiled loop (median [range] over rounds) and trace bytes per iteration; then what
-    a window adds (the sampled run's time over the run that never opens one, per window, median
-    over rounds)."""
+    over the unprofiled loop (median [range] over rounds) and trace bytes per iteration."""
     data = json.loads((SAMPLED / "between_gym_numpy_cpu.json").read_text())
     labels = {"off": "off", "full": "full tracing", "sampled": "sampled",
               "between": "sampled, no window ever opens", "between-noflush": "the same, no time-bound writes"}
     rows = [[labels[mode], f"{r['over_off']:.2f}x [{r['over_off_range'][0]:.2f}, {r['over_off_range'][1]:.2f}]",
              f"{r['wall_s']:.2f}", f"{r['bytes_per_iteration']:.1f}"] for mode, r in data["summary"].items()]
-    by_round = {(r["round"], r["mode"]): r for r in data["runs"]}
-    per_window = [(by_round[(n, "sampled")]["wall_s"] - by_round[(n, "between")]["wall_s"])
-                  / by_round[(n, "sampled")]["windows"] * 1e3
-                  for n in range(data["rounds"]) if by_round[(n, "sampled")].get("windows")]
     caption = (f"{data['workload']}, {data['iterations']:,.0f} iterations, {data['rounds']} rounds, sample "
                f"{data['sample']}; {data['host']['cpu']}, {data['host']['cores']} cores, commit "
                f"{data['host']['commit']}, {data['host']['date']}\n\n")
-    return (caption + markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration"], rows)
-            + f"\nEach window adds {statistics.median(per_window):.1f} ms "
-              f"[{min(per_window):.1f}, {max(per_window):.1f}] to the run (the sampled run's time over the "
-              f"run that never opens one, per window, over the rounds): switching the layers on and off, and its "
-              f"iterations traced in full.\n")
+    return caption + markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration"], rows)
 
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_between": between_windows,
