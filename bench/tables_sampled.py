@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import math
-import statistics
 from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
@@ -110,48 +109,7 @@ def gpu_shares() -> str:
                            "full trace sampled afterwards: covered / within"], rows)
 
 
-def between_windows() -> str:
-    """``bench/sampled_size.py --modes full sampled between between-noflush``: per mode, the time
-    over the unprofiled loop (median [range] over rounds) and trace bytes per iteration."""
-    data = json.loads((SAMPLED / "between_gym_numpy_cpu.json").read_text())
-    labels = {"off": "off", "full": "full tracing", "sampled": "sampled",
-              "between": "sampled, no window ever opens", "between-noflush": "the same, no time-bound writes"}
-    rows = [[labels[mode], f"{r['over_off']:.2f}x [{r['over_off_range'][0]:.2f}, {r['over_off_range'][1]:.2f}]",
-             f"{r['wall_s']:.2f}", f"{r['bytes_per_iteration']:.1f}"] for mode, r in data["summary"].items()]
-    caption = (f"{data['workload']}, {data['iterations']:,.0f} iterations, {data['rounds']} rounds, sample "
-               f"{data['sample']}; {data['host']['cpu']}, {data['host']['cores']} cores, commit "
-               f"{data['host']['commit']}, {data['host']['date']}\n\n")
-    return caption + markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration"], rows)
-
-
-def window_gap() -> str:
-    """The sampled run's time over the run that never opens a window, at two block sizes (so
-    different numbers of windows): per block, the windows and that gap (medians over rounds, each
-    round's pair run side by side), and the line through the two: seconds per window and seconds
-    paid once per process."""
-    data = json.loads((SAMPLED / "gap_gym_numpy_cpu.json").read_text())
-    points = []
-    for block, run in sorted(data["by_block"].items(), key=lambda kv: int(kv[0])):
-        by_round = {(r["round"], r["mode"]): r for r in run["runs"]}
-        rounds = range(run["rounds"])
-        gaps = [by_round[(n, "sampled")]["wall_s"] - by_round[(n, "between")]["wall_s"] for n in rounds]
-        windows = [by_round[(n, "sampled")]["windows"] for n in rounds]
-        points.append((int(block), statistics.median(windows), statistics.median(gaps), min(gaps), max(gaps)))
-    rows = [[f"{block:,}", f"{windows:.0f}", f"{gap:.2f} [{low:.2f}, {high:.2f}]"]
-            for block, windows, gap, low, high in points]
-    (_, w1, g1, _, _), (_, w2, g2, _, _) = points[0], points[-1]
-    per_window = (g1 - g2) / (w1 - w2)
-    once = g1 - per_window * w1
-    host = data["by_block"][str(points[0][0])]["host"]
-    return (f"{host['cpu']}, {host['cores']} cores, commit {host['commit']}, {host['date']} (`{data['command']}`)\n\n"
-            + markdown_table(["block (iterations)", "windows", "sampled minus no-window run (s), median [range]"],
-                             rows)
-            + f"\nThe line through the two: {per_window * 1e3:.2f} ms per window, and {once:.2f} s paid once per "
-              f"process.\n")
-
-
-TABLES: dict[str, Callable[[], str]] = {"sampled_between": between_windows, "sampled_window_gap": window_gap,
-                                        "sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
+TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
                                         "sampled_synthetic": synthetic_schedules,
                                         "sampled_full_trace": full_trace_subsampled,
                                         "sampled_size": size_and_cost}
