@@ -325,10 +325,12 @@ def join_scopes(process: ProcessTrace, nvtx: bool = True) -> ProcessTrace:
     return dataclasses.replace(process, events=ev.reset_index(drop=True), scopes=scopes)
 
 
-def _largest_kernels(kernels: pd.DataFrame, table: pd.DataFrame) -> list[str]:
+def _largest_kernels(process: ProcessTrace, kernels: pd.DataFrame, table: pd.DataFrame) -> list[str]:
     """Per row of ``table``: for a NAMED_MATCHES row, its NAMED_KERNELS kernel names of the most
-    time ("; "-joined, each cut to _NAME_CHARS characters); "" for the others."""
+    time ("; "-joined, each cut to _NAME_CHARS characters); "" for the others. Names are looked up
+    for those rows' kernels only: a step's other kernels can number millions."""
     named = kernels[kernels["match"].isin(NAMED_MATCHES)]
+    named = named.assign(kernel=process.events.loc[named.index, "name"].astype(str).to_numpy())
     time = named.groupby(["operation", "scope", "match", "kernel"], sort=False)["duration_ns"].sum()
     largest: dict[tuple[str, str, str], str] = {}
     for key, group in time.groupby(level=["operation", "scope", "match"], sort=False):
@@ -340,20 +342,20 @@ def _largest_kernels(kernels: pd.DataFrame, table: pd.DataFrame) -> list[str]:
 def scope_table(process: ProcessTrace) -> pd.DataFrame:
     """GPU kernel time per (Python operation, scope, match) of a process's jitted modules, largest
     first, with each row's share of its operation's kernel time and, where no single scope was
-    found for its kernels (unmatched, ambiguous, library, across scopes), the names of the largest (columns
-    SCOPE_TABLE_COLUMNS; empty for a process profiled without ``--jax-scopes``)."""
+    found for its kernels (unmatched, ambiguous, library, across scopes), the names of the
+    largest (columns SCOPE_TABLE_COLUMNS; empty for a process profiled without ``--jax-scopes``)."""
     scopes = process.scopes
     if scopes is None or scopes.empty:
         return pd.DataFrame(columns=list(SCOPE_TABLE_COLUMNS))
     names = process.events["name"].cat.categories
     # overlap.UNANNOTATED's label; overlap imports attribution, which imports this module
     operation = [names[op] if op >= 0 else "(unannotated)" for op in scopes["operation"]]
-    kernels = scopes.assign(operation=operation, kernel=process.events.loc[scopes.index, "name"].astype(str).to_numpy())
+    kernels = scopes.assign(operation=operation)
     groups = kernels.groupby(["operation", "scope", "match"], sort=False)
     table = groups.agg(kernels=("duration_ns", "size"), duration_ns=("duration_ns", "sum")).reset_index()
     whole = table.groupby("operation")["duration_ns"].transform("sum")
     table["share"] = np.where(whole > 0, table["duration_ns"] / whole.where(whole > 0, 1), 0.0)
-    table["kernel_names"] = _largest_kernels(kernels, table)
+    table["kernel_names"] = _largest_kernels(process, kernels, table)
     table.insert(0, "process", process.process)
     return table.sort_values(["operation", "duration_ns"], ascending=[True, False], kind="stable")[
         list(SCOPE_TABLE_COLUMNS)].reset_index(drop=True)
