@@ -40,7 +40,6 @@ import argparse
 import importlib.metadata
 import json
 import os
-import shutil
 import statistics
 import subprocess
 import sys
@@ -51,7 +50,7 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.run_record import host, write  # noqa: E402
+from bench.run_record import gpu, host, write  # noqa: E402
 from experiments.casestudies.jitted_ppo import WARM_UP  # noqa: E402
 from rlscope.analyze.attribution import attribute_gpu  # noqa: E402
 from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
@@ -194,10 +193,7 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
 
 def _setting() -> dict[str, Any]:
     """The command, GPU and JAX of this bench, asked once before the rounds."""
-    gpu = subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                         capture_output=True, text=True, check=False).stdout.strip() if shutil.which("nvidia-smi") \
-        else "none"
-    return {"command": " ".join(sys.argv), "gpu": gpu,
+    return {"command": " ".join(sys.argv), "gpu": gpu(),
             "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")}}
 
 

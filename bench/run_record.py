@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["host", "write"]
+__all__ = ["host", "gpu", "write"]
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -47,6 +47,18 @@ def host() -> dict[str, Any]:
     return {"cpu": _cpu_model(), "cores": os.cpu_count(), "allowed_cores": allowed, "machine": platform.machine(),
             "python": platform.python_version(), "date": datetime.datetime.now(datetime.UTC).strftime("%Y-%m-%d"),
             "commit": _commit()}
+
+
+def gpu() -> str:
+    """The first GPU's name and the driver's version ("NAME, DRIVER", as NVML gives them), or
+    "none" where NVML cannot be used (no driver, or nvidia-ml-py not installed)."""
+    from rlscope.nvidia import NvmlUnavailable, gpu_names_and_driver
+
+    try:
+        names, driver = gpu_names_and_driver()
+    except NvmlUnavailable:
+        return "none"
+    return f"{names[0]}, {driver}" if names else "none"
 
 
 def write(path: Path, record: dict[str, Any]) -> None:

@@ -37,7 +37,6 @@ import dataclasses
 import json
 import os
 import resource
-import shutil
 import statistics
 import subprocess
 import sys
@@ -82,13 +81,13 @@ class Watcher(threading.Thread):
         self._done = threading.Event()
         self._began = time.perf_counter()
         self._page_mb = resource.getpagesize() / 1e6
-        try:
-            import pynvml
+        from rlscope.nvidia import open_nvml
 
-            pynvml.nvmlInit()
+        try:
+            pynvml = open_nvml()
             handle = pynvml.nvmlDeviceGetHandleByIndex(0)
             self._gpu = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 1e6
-        except Exception:  # no NVML or no GPU: the column stays NaN
+        except Exception:  # NvmlUnavailable, or NVML's own error without a GPU 0: the column stays NaN
             self._gpu = lambda: float("nan")
 
     def sample(self) -> None:
@@ -113,15 +112,14 @@ class Watcher(threading.Thread):
 def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s: float) -> dict[str, Any]:
     """Run the loop once in this process; print one JSON line."""
     import rlscope
+    from rlscope.collect.sampling import parse_sample
 
     watcher = Watcher(trace, watch_s)
     watcher.start()
-    options = {}
+    options = {}  # every sampled mode's spec made before the clock starts, the same way
     if mode == "sampled":
-        options = {"sample": sample}
+        options = {"sample": parse_sample(sample)}
     elif mode in BETWEEN_MODES:
-        from rlscope.collect.sampling import parse_sample
-
         options = {"sample": dataclasses.replace(parse_sample(sample), warmup=_NEVER_WARM)}
     began = time.perf_counter()
     if mode == "off":
@@ -188,17 +186,9 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return rows
 
 
-def gpu_name() -> str:
-    """The GPU and driver, as nvidia-smi names them ("none" without one)."""
-    if shutil.which("nvidia-smi") is None:
-        return "none"
-    return subprocess.run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"],
-                          capture_output=True, text=True, check=False).stdout.strip() or "none"
-
-
 def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int,
             modes: tuple[str, ...] = MODES) -> dict[str, Any]:
-    from run_record import host
+    from run_record import gpu, host
     from sampled_validation import check
 
     from rlscope.collect.flusher import ENV_FLUSH_INTERVAL
@@ -245,7 +235,7 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                          "gpu_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 2) for r in mine),
                          "trace_mb_per_hour_late": statistics.median(growth_per_hour(r["timeline"], 3) for r in mine),
                          "dropped_records": max(r["dropped_records"] for r in mine)}
-    return {"host": host(), "gpu": gpu_name(), "workload": workload, "steps": steps, "iterations": iterations,
+    return {"host": host(), "gpu": gpu(), "workload": workload, "steps": steps, "iterations": iterations,
             "rounds": rounds, "sample": sample,
             "min_share": MIN_SHARE, "runs": runs, "summary": summary, "shares": share_agreement(runs),
             "subsampled": subsampled}
