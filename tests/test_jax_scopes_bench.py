@@ -6,9 +6,6 @@ import importlib.util
 import math
 from pathlib import Path
 
-import pytest
-
-pytest.importorskip("jax")
 _PATH = Path(__file__).resolve().parents[1] / "bench" / "jax_scopes.py"
 _spec = importlib.util.spec_from_file_location("jax_scopes_bench", _PATH)
 bench = importlib.util.module_from_spec(_spec)
