@@ -34,6 +34,12 @@ def test_a_failed_residual_probe_is_reported_with_its_log(tmp_path):
     assert "rlscope: " in (tmp_path / "residual" / "log.txt").read_text()
 
 
+# Iterations for 0.15 s, about a hundred windows of 1 ms whatever the machine's speed: a fixed
+# count of microsecond iterations made too few windows to alternate on where Python runs fast.
+TIMED_LOOP = ("import time, rlscope\nimport numpy as np\nend = time.perf_counter() + 0.15\n"
+              "while time.perf_counter() < end:\n    rlscope.step()\n")
+
+
 @pytest.mark.slow
 def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
     script = tmp_path / "loop.py"
@@ -90,8 +96,7 @@ def test_calibrate_then_analyze_corrected(tmp_path, cli_env):
 
 def test_extend_adds_repetitions_to_a_calibration_and_refuses_another_command(tmp_path, cli_env):
     script = tmp_path / "loop.py"
-    script.write_text("import rlscope\nimport numpy as np\nfor i in range(20000):\n    rlscope.step()\n"
-                      "    with rlscope.operation('work'):\n        np.zeros(2)\n")
+    script.write_text(TIMED_LOOP + "    with rlscope.operation('work'):\n        np.zeros(2)\n")
     cal_dir = tmp_path / "cal"
     base = [sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1", "--no-gpu",
             "--window-ms", "1", "--startup-pairs", "1"]
@@ -124,8 +129,7 @@ def test_extend_adds_repetitions_to_a_calibration_and_refuses_another_command(tm
 @pytest.mark.slow
 def test_precision_adds_runs_up_to_a_cap(tmp_path, cli_env):
     script = tmp_path / "loop.py"
-    script.write_text("import rlscope\nimport numpy as np\nfor i in range(5000):\n    rlscope.step()\n"
-                      "    np.zeros(2); sum(range(500))\n")
+    script.write_text(TIMED_LOOP + "    np.zeros(2); sum(range(500))\n")
     cal_dir = tmp_path / "cal"
     run = subprocess.run([sys.executable, "-m", "rlscope.cli", "calibrate", "--output", str(cal_dir), "-r", "1",
                           "--precision", "0.000001", "--no-gpu", "--window-ms", "1", "--startup-pairs", "0", "--",
