@@ -16,7 +16,6 @@ import pandas as pd
 import pytest
 
 ray = pytest.importorskip("ray")
-from ray.cluster_utils import Cluster  # noqa: E402
 
 from rlscope.harness.manifest import load_manifest  # noqa: E402
 from rlscope.harness.ray_executor import RayExecutor, needs_gpu  # noqa: E402
@@ -26,15 +25,39 @@ from tests.test_runner import calls, manifest, sweep  # noqa: E402
 TIMINGS = ["run_seconds"]
 
 
+# The cluster, made by a process of its own: Ray starts each node's processes through a
+# preexec_fn, Python code run between fork and exec, which is safe only in a process without other
+# threads. The test process has those of earlier tests (it segfaulted in threading._after_fork
+# under Python 3.13.5 there); the process below has none when the head starts.
+CLUSTER = """
+import sys
+from ray.cluster_utils import Cluster
+
+cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
+cluster.add_node(num_cpus=2, num_gpus=2)
+cluster.wait_for_nodes()
+print(cluster.address, flush=True)
+sys.stdin.read()  # until the test closes it
+cluster.shutdown()
+"""
+
+
 @pytest.fixture(scope="module")
 def cluster():
-    """A head with 2 CPUs and a node with 2 CPUs and 2 logical GPUs."""
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
-    cluster.add_node(num_cpus=2, num_gpus=2)
-    cluster.wait_for_nodes()
-    yield cluster
-    ray.shutdown()
-    cluster.shutdown()
+    """The address of a head with 2 CPUs and a node with 2 CPUs and 2 logical GPUs."""
+    process = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    try:
+        address = process.stdout.readline().strip()
+        assert address, f"the Ray cluster did not start (exit code {process.wait(timeout=60)})"
+        yield address
+    finally:
+        ray.shutdown()
+        process.stdin.close()
+        try:
+            process.wait(timeout=120)
+        except subprocess.TimeoutExpired:
+            process.kill()
 
 
 def through_ray(path: Path, out: Path, address: str):
@@ -53,7 +76,7 @@ def table(out: Path, experiment: str = "toy") -> pd.DataFrame:
 def test_a_sweep_through_ray_gives_the_local_results_and_brings_the_files_back(tmp_path: Path, cluster) -> None:
     path = manifest(tmp_path, params="{fail_on: 3}", xs="[1, 2, 3, 4]", repetitions=2)
     local = sweep(path, tmp_path / "local")
-    remote = through_ray(path, tmp_path / "ray", cluster.address)
+    remote = through_ray(path, tmp_path / "ray", cluster)
     assert sorted((o.run_id, o.status) for o in remote.outcomes) == sorted((o.run_id, o.status) for o in local.outcomes)
     pd.testing.assert_frame_equal(table(tmp_path / "ray"), table(tmp_path / "local"))
     runs = tmp_path / "ray" / "toy" / "runs"
@@ -61,7 +84,7 @@ def test_a_sweep_through_ray_gives_the_local_results_and_brings_the_files_back(t
     assert (runs / "x-1" / "DONE").exists() and not (runs / "x-3" / "DONE").exists()
     assert "toy failure for x=3" in (runs / "x-3" / "log.txt").read_text()
     assert not list(runs.glob(".incoming-*"))
-    resumed = through_ray(path, tmp_path / "ray", cluster.address)
+    resumed = through_ray(path, tmp_path / "ray", cluster)
     assert sorted(o.status for o in resumed.outcomes) == ["failed", "reused", "reused", "reused"]
 
 
@@ -73,7 +96,7 @@ def test_runs_on_the_gpu_get_one_logical_gpu_each(tmp_path: Path, cluster) -> No
         params: {sleep_s: 0.5}
         grid: {x: [1, 2, 3, 4], device: [cuda, cpu]}
         """))
-    run_sweep(load_manifest(path, "full"), tmp_path / "o", executor=RayExecutor(cluster.address), progress=False)
+    run_sweep(load_manifest(path, "full"), tmp_path / "o", executor=RayExecutor(cluster), progress=False)
     frame = pd.read_csv(tmp_path / "o" / "gpus" / "results.csv", dtype={"cuda_visible_devices": str})
     assert (frame["status"] == "ok").all() and len(frame) == 8
     on_gpu = frame[frame["device"] == "cuda"]["cuda_visible_devices"]
@@ -94,7 +117,7 @@ def test_a_run_whose_worker_dies_is_retried_once_then_failed_and_the_sweep_goes_
     path = manifest(tmp_path, params=f"{{starts: '{starts}', sleep_s: 3}}", xs="[1, 2, 3]", repetitions=1)
     path.write_text(path.read_text().replace("tests.toy_workloads:echo", "tests.toy_workloads:recorded_start"))
     summary = {}
-    executor = RayExecutor(cluster.address)
+    executor = RayExecutor(cluster)
     thread = threading.Thread(target=lambda: summary.update(s=sweep(path, tmp_path / "o", executor=executor)))
     killed: list[str] = []
     try:
@@ -123,7 +146,7 @@ def test_a_run_whose_worker_dies_is_retried_once_then_failed_and_the_sweep_goes_
 def test_ctrl_c_cancels_the_tasks_out_and_resume_completes(tmp_path: Path, cluster, cli_env: dict[str, str]) -> None:
     out = tmp_path / "o"
     path = manifest(tmp_path, params="{sleep_s: 1.5}", xs="[1, 2, 3, 4, 5, 6]", repetitions=1)
-    cmd = [sys.executable, "-m", "rlscope.cli", "run", str(path), "--executor", "ray", "--address", cluster.address,
+    cmd = [sys.executable, "-m", "rlscope.cli", "run", str(path), "--executor", "ray", "--address", cluster,
            "--output", str(out), "--no-plot"]
     previous = signal.signal(signal.SIGINT, signal.default_int_handler)  # see test_runner's Ctrl-C test
     try:
@@ -168,6 +191,6 @@ def test_a_task_that_raises_on_its_node_is_a_failed_run_with_the_error(tmp_path:
         def lost(self, run, seconds, reason):
             return reason
 
-    executor = RayExecutor(cluster.address)
+    executor = RayExecutor(cluster)
     (reason,) = list(executor.run_all(["r"], Launcher()))
     assert reason.startswith("the Ray task failed") and "timeout_s" in reason
