@@ -132,7 +132,17 @@ def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s:
     size = sum(p.stat().st_size for p in trace.rglob("*") if p.is_file()) if trace.exists() else 0
     dropped = sum(json.loads(m.read_text()).get("gpu", {}).get("dropped", 0) for m in trace.rglob("meta.json"))
     return {"mode": mode, "wall_s": wall, "trace_bytes": size, "dropped_records": dropped,
-            "max_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024, "timeline": timeline}
+            "max_rss_mb": peak_rss_mb(), "timeline": timeline}
+
+
+def peak_rss_mb() -> float:
+    """This process's peak resident memory: VmHWM, the high-water mark of its own address space.
+    Not getrusage's ru_maxrss, which Linux carries across exec: a run started by the bench after it
+    analysed a full trace reported the bench's peak as its own."""
+    for line in Path("/proc/self/status").read_text().splitlines():
+        if line.startswith("VmHWM:"):
+            return int(line.split()[1]) / 1024
+    return float("nan")
 
 
 def growth_per_hour(timeline: list[list[float]], column: int) -> float:
@@ -150,10 +160,13 @@ def shares(trace: Path, mode: str, warmup: int) -> dict[str, Any]:
     from sampled_validation import full_shares
 
     from rlscope.analyze.attribution import read_attributed
-    from rlscope.analyze.sampled import analyze_sampled, step_calls
+    from rlscope.analyze.sampled import analyze_sampled, is_sampled, sampled_calls, step_calls
 
-    process = max(read_attributed(trace), key=lambda p: len(step_calls(p)))
-    iterations = int(len(step_calls(process)) - 1)
+    def calls(process: Any) -> int:
+        return int(sampled_calls(process)[0][-1]) if is_sampled(process) else len(step_calls(process))
+
+    process = max(read_attributed(trace), key=calls)
+    iterations = calls(process)
     if mode == "full":
         full = full_shares(process, warmup)
         return {"iterations": iterations, "shares": {f"{o} / {r}": s for (o, r), s in full.items()}}
