@@ -93,8 +93,8 @@ def full_shares(process: Any, warmup: int) -> dict[tuple[str, str], float]:
     from rlscope.analyze.overlap import analyze_process
     from rlscope.analyze.sampled import _in_window, step_calls
 
-    calls = step_calls(process)
-    first, last = calls[min(warmup, len(calls) - 1)], calls[-1]
+    calls = step_calls(process)  # the estimates' run: from call ``warmup`` (counted from 1) to the last
+    first, last = calls[min(max(warmup, 1), len(calls)) - 1], calls[-1]
     table = analyze_process(_in_window(process, int(first), int(last)))[0]
     main = table[table["thread"] == "main"]
     return {k: float(v) / (last - first) for k, v in main.groupby(["operation", "resources"])["time_ns"].sum().items()}

@@ -51,8 +51,16 @@ def size_and_cost() -> str:
                      f"{r['bytes_per_iteration']:.1f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:.0f}"])
     caption = (f"{data['workload']}, {data['steps']:,} iterations, {data['rounds']} rounds, "
                f"sample {data['sample']}\n\n")
-    return caption + markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
-                                     "trace MB per hour of this loop", "peak memory (MB)"], rows)
+    table = markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
+                            "trace MB per hour of this loop", "peak memory (MB)"], rows)
+    full, sampled = data["summary"].get("full"), data["summary"].get("sampled")
+    if not (full and sampled and full["bytes_per_iteration"]):
+        return caption + table
+    spec = dict(part.split("=") for part in data["sample"].split(","))
+    return caption + table + (
+        f"\nThe sampled run writes {sampled['bytes_per_iteration'] / full['bytes_per_iteration']:.1%} of the full "
+        f"trace's bytes per iteration; its windows hold {int(spec['window']) / int(spec['block']):.1%} of the "
+        "iterations (window / block).\n")
 
 
 def _gpu_runs() -> list[dict]:

@@ -100,17 +100,21 @@ def test_a_change_of_phase_is_found_and_none_where_there_is_none() -> None:
     assert first == 0 and abs(second - 70) <= 2
 
 
-def _loop(iterations: int, change_at: int) -> None:
+def _loop(iterations: int, change_at: int) -> list[int]:
     """Inference spins 0.3 ms and simulation sleeps 0.2 ms, then 0.8 ms from ``change_at``: the
-    simulation's share of an iteration goes from about 40% to about 70%."""
+    simulation's share of an iteration goes from about 40% to about 70%. Returns the time just
+    after each rlscope.step() call."""
+    called = []
     for i in range(iterations):
         rlscope.step()
+        called.append(time.perf_counter_ns())
         with rlscope.operation("inference"):
             until = time.perf_counter() + 0.0003
             while time.perf_counter() < until:
                 np.ones(64).sum()
         with rlscope.operation("simulation"):
             time.sleep(0.0002 if i < change_at else 0.0008)
+    return called
 
 
 def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_path: Path) -> None:
@@ -118,12 +122,25 @@ def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_p
     the CPU add up to the whole window time (whatever phases the run and the machine make)."""
     sample = "window=10,block=40,warmup=20,settle=2,seed=5"
     with rlscope.profile(tmp_path, process="loop", gpu=False, sample=sample):
-        _loop(1600, change_at=800)
+        called = _loop(1600, change_at=800)
     (process_dir,) = tmp_path.glob("loop.*")
     saved = json.loads((process_dir / SAMPLES_FILE).read_text())
     spec = parse_sample(sample)
     assert [w[0] for w in saved["windows"]] == [s + spec.settle for s in window_starts(spec, len(saved["windows"]))]
     assert len(saved["windows"]) >= 35 and all(w[3] == spec.window - spec.settle for w in saved["windows"])
+    # Between windows step() only counts: its calls are known at the switches, the warm-up's end
+    # and the last call, and iterations are rows only inside windows (their settling ones included;
+    # one more window may be open at the end, and the last call's row ends at the stop).
+    numbers = [c[0] for c in saved["calls"]]
+    assert numbers == sorted(set(numbers)) and numbers[0] == 1 and numbers[-1] == 1600 and spec.warmup in numbers
+    assert all(w[0] in numbers for w in saved["windows"])
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.trace.schema import Kind
+
+    (process,) = read_attributed(tmp_path)
+    steps = process.events[process.events["kind"] == int(Kind.STEP)]
+    windows = len(saved["windows"])
+    assert windows * spec.window <= len(steps) <= (windows + 1) * spec.window + 1
 
     tables = analyze_trace(tmp_path)
     sampled = tables["sampled"]
@@ -133,13 +150,10 @@ def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_p
         cpu = segment[~segment["resources"].str.contains("GPU")]
         assert cpu["share"].sum() == pytest.approx(1.0)  # a window's CPU time is its wall time
         assert (segment["share_low"] <= segment["share"]).all() and (segment["share"] <= segment["share_high"]).all()
-    # The CPU rows' seconds are the iterations' time after the warm-up, phase by phase, to the end.
-    from rlscope.analyze.attribution import read_attributed
-    from rlscope.analyze.sampled import step_calls
-
-    calls = step_calls(read_attributed(tmp_path)[0])
+    # The CPU rows' seconds are the iterations' time from the warm-up's last call to the last
+    # call, phase by phase (timed here just after the calls).
     cpu_rows = sampled[~sampled["resources"].str.contains("GPU")]
-    assert cpu_rows["seconds"].sum() == pytest.approx((calls[-1] - calls[spec.warmup - 1]) / 1e9)
+    assert cpu_rows["seconds"].sum() == pytest.approx((called[-1] - called[spec.warmup - 1]) / 1e9, rel=0.01)
     # The breakdown and transitions are of the windows only: one inference per measured iteration.
     moves = tables["transitions"]
     annotations = moves[(moves["transition"] == "Annotations") & (moves["operation"] == "inference")]
@@ -255,3 +269,21 @@ def test_sampling_asked_of_an_already_profiled_process_is_not_silently_dropped(t
         with pytest.warns(UserWarning, match="already profiled"):
             with rlscope.profile(sample=True):
                 rlscope.step()
+
+
+def test_a_samples_file_missing_a_call_the_estimate_needs_is_a_clear_error(tmp_path: Path) -> None:
+    from rlscope.errors import TraceError
+
+    spec = parse_sample("window=4,block=10,warmup=6,settle=1,seed=2")
+    with rlscope.profile(tmp_path, process="loop", gpu=False, sample=spec):
+        for _ in range(200):
+            rlscope.step()
+            with rlscope.operation("work"):
+                np.ones(8).sum()
+    (process_dir,) = tmp_path.glob("loop.*")
+    path = process_dir / SAMPLES_FILE
+    saved = json.loads(path.read_text())
+    saved["calls"] = [c for c in saved["calls"] if c[0] != spec.warmup]  # where the estimates' run starts
+    path.write_text(json.dumps(saved))
+    with pytest.raises(TraceError, match=f"rlscope.step\\(\\) call {spec.warmup} is not recorded"):
+        analyze_trace(tmp_path)

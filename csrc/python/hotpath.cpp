@@ -93,11 +93,24 @@ public:
     }
 
     // rlscope.step(): the iteration since the previous step() ends now; ``phase`` names it.
-    void step(nb::handle phase) {
-        const int64_t now = now_ns();
-        if (last_step_ >= 0) add_step(phase, last_step_, now);
-        last_step_ = now;
+    // Returns the time of the call.
+    int64_t step(nb::handle phase) {
+        const int64_t start = last_step_;
+        const int64_t now = pass_step();
+        if (start >= 0) add_step(phase, start, now);
+        return now;
     }
+
+    // A step() whose iteration is not recorded (between a sampled session's windows): counted,
+    // and the next recorded iteration starts at this call.
+    int64_t pass_step() {
+        last_step_ = last_call_ = now_ns();
+        ++calls_;
+        return last_call_;
+    }
+
+    // (step() calls so far, time of the last one or -1): where a sampled session's run ends.
+    nb::tuple step_position() const { return nb::make_tuple(calls_, last_call_); }
 
     // End the open iteration at ``end`` (phase change, end of profiling); no new one starts.
     void close_step(nb::handle phase, int64_t end) {
@@ -167,7 +180,9 @@ private:
     std::unordered_map<PyObject *, int64_t> ids_;
     std::unordered_map<unsigned long, std::vector<Frame>> stacks_;
     std::vector<int64_t> rows_;
-    int64_t last_step_ = -1;
+    int64_t last_step_ = -1;   // start of the open iteration; -1: none open (closed by close_step)
+    int64_t last_call_ = -1;   // the last step() call, whether or not close_step came after it
+    int64_t calls_ = 0;
     const CorrelationHooks *hooks_ = nullptr;
 };
 
@@ -185,6 +200,7 @@ struct Stepper {
     int64_t iterations = 0;
     int64_t countdown = 0;  // while counting: the window is over after this many more steps
     bool counting = false;  // on_window's last call returned a number of steps (not None: after window_ms)
+    bool rows = true;       // record each iteration as a row (off: step() only counts, Operations::pass_step)
 };
 Stepper g_stepper;
 
@@ -194,11 +210,11 @@ void step_now() {
         if (s.callback.is_valid() && !s.callback.is_none()) s.callback();
         return;
     }
-    s.ops->step(s.phase);
+    const int64_t called = s.rows ? s.ops->step(s.phase) : s.ops->pass_step();
     if (!s.on_window.is_valid() || s.on_window.is_none()) return;
     ++s.iterations;
     if (s.counting && --s.countdown > 0) return;
-    const int64_t now = now_ns();
+    const int64_t now = s.counting ? called : now_ns();  // counted steps: the stretch ends at this call
     if (!s.counting && s.window_start >= 0 && now - s.window_start < s.window_ns) return;
     nb::object on_window = s.on_window;  // the callback may rebind the stepper
     const int64_t start = s.window_start, iterations = s.iterations;
@@ -276,12 +292,18 @@ NB_MODULE(_hotpath, m) {
              "Close ``name``; returns None, or the name still open inside it (empty: nothing was open).")
         .def("step", &Operations::step, "phase"_a)
         .def("close_step", &Operations::close_step, "phase"_a, "end_ns"_a)
+        .def("step_position", &Operations::step_position,
+             "(step() calls so far, the time of the last one or -1), rows recorded for them or not.")
         .def("open_operations", &Operations::open_operations)
         .def("pending", &Operations::pending)
         .def("drain", &Operations::drain, "refill"_a = true, "copy"_a = false);
     m.def("step", &step_now, "Mark an iteration boundary, so results can be given per iteration.");
     m.def("set_step_phase", [](nb::object phase) { g_stepper.phase = phase; }, "phase"_a,
           "The phase the following iterations belong to.");
+    m.def("set_step_rows", [](bool rows) { g_stepper.rows = rows; }, "rows"_a,
+          "Whether the following iterations are recorded as rows (False: step() only counts them and keeps "
+          "the time of the last call, Operations.step_position).");
+
     m.def("bind_step", &bind_step, "ops"_a.none() = nb::none(), "phase"_a.none() = nb::none(),
           "callback"_a.none() = nb::none(), "on_window"_a.none() = nb::none(), "window_ms"_a = 0.0,
           "What step() does from now on: record an iteration in ``ops`` under ``phase`` (calling "

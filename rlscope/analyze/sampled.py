@@ -1,12 +1,13 @@
 """Shares of a sampled run: ratio estimates over its windows, with intervals, and its phases.
 
-A sampled session (``rlscope.profile(sample=...)``, ``rlscope.collect.sampling``) records every
-iteration's wall time, but everything else only inside windows of a few iterations, placed at
-random with every iteration equally likely to be measured. So each window ``i`` gives, per
-operation and resource, the time ``y_i`` spent there over the window's wall time ``x_i``; the
-share is the ratio estimate ``R = sum(y) / sum(x)``, and its time over the iterations after the
-warm-up is ``R`` times their total time, which the ``rlscope.step()`` times give exactly (the
-start-up before the first step and the warm-up are in no estimate).
+A sampled session (``rlscope.profile(sample=...)``, ``rlscope.collect.sampling``) records
+everything only inside windows of a few iterations, placed at random with every iteration equally
+likely to be measured, and between them the ``rlscope.step()`` calls' count and time at each
+switch. So each window ``i`` gives, per operation and resource, the time ``y_i`` spent there over
+the window's wall time ``x_i``; the share is the ratio estimate ``R = sum(y) / sum(x)``, and its
+time over the iterations from the warm-up's end to the last ``rlscope.step()`` is ``R`` times
+their total time, which the calls' times give exactly (the start-up before the first step, the
+warm-up and what follows the last step are in no estimate).
 
 The interval: ``R``'s variance to first order is that of the residuals ``d_i = y_i - R x_i``
 (``n s_d^2 / sum(x)^2``). Windows spread evenly over a run are close to a systematic sample, for
@@ -24,6 +25,7 @@ import dataclasses
 import json
 import math
 import warnings
+from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -34,7 +36,8 @@ from rlscope.errors import TraceError
 from rlscope.trace.reader import ProcessTrace
 from rlscope.trace.schema import SAMPLES_FILE, Kind
 
-__all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "SampledWarning", "ShareEstimate", "step_calls", "ratio_estimate",
+__all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "SampledWarning", "ShareEstimate", "step_calls", "sampled_calls",
+           "ratio_estimate",
            "successive_difference_variance", "phases", "is_sampled", "analyze_sampled"]
 
 SAMPLED_COLUMNS = ["process", "segment", "first_iteration", "operation", "resources", "share", "share_low",
@@ -129,14 +132,22 @@ def is_sampled(trace: ProcessTrace) -> bool:
     return (trace.directory / SAMPLES_FILE).is_file()
 
 
-def _windows(trace: ProcessTrace) -> tuple[list[list[int]], dict]:
+def _samples(trace: ProcessTrace) -> dict:
     path = trace.directory / SAMPLES_FILE
     try:
         saved = json.loads(path.read_text())
-        windows = [[int(v) for v in w] for w in saved["windows"]]
+        saved["windows"] = [[int(v) for v in w] for w in saved["windows"]]
+        saved["calls"] = np.array(saved["calls"], dtype=np.int64).reshape(-1, 2)
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TraceError(f"{path}: unreadable sampled windows ({err}); profile the run again") from err
-    return windows, saved.get("spec", {})
+    return saved
+
+
+def sampled_calls(trace: ProcessTrace) -> tuple[np.ndarray, np.ndarray]:
+    """A sampled process's ``rlscope.step()`` calls that ``samples.json`` lists (at every switch,
+    the warm-up's end and the last call): (call numbers, counted from 1; their times)."""
+    calls = _samples(trace)["calls"]
+    return calls[:, 0], calls[:, 1]
 
 
 class _WindowCutter:
@@ -176,13 +187,24 @@ def _in_window(trace: ProcessTrace, start_ns: int, end_ns: int) -> ProcessTrace:
 
 
 def step_calls(trace: ProcessTrace) -> np.ndarray:
-    """The times of the process's ``rlscope.step()`` calls, in order (element ``k`` is call
-    ``k + 1``): a step row starts at every call but the last, which starts none, and a row ends
-    at the next call, or where ``set_phase`` closed it (then the time to the next call, training
-    after a rollout in SB3's integration, is in no row: calls, not row lengths, give iterations)."""
+    """The times of a fully traced process's ``rlscope.step()`` calls, in order (element ``k`` is
+    call ``k + 1``): every call starts a step row (the last one's ends where profiling stopped), and
+    a row ends at the next call, or where ``set_phase`` closed it (then the time to the next call,
+    training after a rollout in SB3's integration, is in no row: calls, not row lengths, give
+    iterations)."""
     ev = trace.events
-    steps = ev[ev["kind"] == int(Kind.STEP)].sort_values("start_ns")
-    return np.concatenate((steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()[-1:]))
+    return np.sort(ev.loc[ev["kind"] == int(Kind.STEP), "start_ns"].to_numpy())
+
+
+def _time_of(numbers: np.ndarray, times: np.ndarray, trace: ProcessTrace) -> Callable[[int], int]:
+    """The time of call ``k`` (counted from 1), which must be among ``numbers``."""
+    def time_of(call: int) -> int:
+        i = int(np.searchsorted(numbers, call))
+        if i == len(numbers) or numbers[i] != call:
+            raise TraceError(f"{trace.directory / SAMPLES_FILE}: the time of rlscope.step() call {call} is not "
+                             "recorded; the file is damaged or from another run: profile the run again")
+        return int(times[i])
+    return time_of
 
 
 def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
@@ -215,7 +237,12 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
     ``windows`` and ``spec`` stand for ``samples.json`` (windows drawn afterwards from a fully
     traced run: bench/sampled_validation.py); ``find_phases=False`` estimates over the whole run."""
     if windows is None:
-        windows, spec = _windows(trace)
+        saved = _samples(trace)
+        windows, spec = saved["windows"], saved.get("spec", {})
+        numbers, times = saved["calls"][:, 0], saved["calls"][:, 1]
+    else:
+        times = step_calls(trace)
+        numbers = np.arange(1, len(times) + 1)
     spec = spec or {}
     if not windows:  # killed before a window ended, or too short a run: nothing to estimate from
         warnings.warn(f"{trace.process}: sampled, but no window was complete ({trace.directory / SAMPLES_FILE}); "
@@ -246,17 +273,17 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
     x = np.array([end - start for _, start, end, _ in windows], dtype=np.float64)
     shares = y.to_numpy(dtype=np.float64) / x[:, None]
     starts = phases(shares) if find_phases else [0]
-    calls = step_calls(trace)
+    time_of = _time_of(numbers, times, trace)
     flags = _flags(trace, windows)
     rows = []
     for segment, (first, stop) in enumerate(zip(starts, starts[1:] + [len(windows)])):
         seg_x = x[first:stop]
         # the segment's iterations: from the end of the warm-up (the first segment) or the call
         # its first window's measuring starts at, to the call the next segment's starts at, or
-        # the last call (calls are counted from 1, ``calls`` from 0)
+        # the last call
         begin = max(int(spec.get("warmup", 0)), 1) if segment == 0 else windows[first][0]
-        end = windows[stop][0] if stop < len(windows) else len(calls)
-        seg_total = float(calls[min(end, len(calls)) - 1] - calls[min(begin, len(calls)) - 1])
+        end = windows[stop][0] if stop < len(windows) else int(numbers[-1])
+        seg_total = float(time_of(end) - time_of(begin))
         flagged = sum(bool(f) for f in flags[first:stop])
         for (operation, resources), column in y.items():
             est = ratio_estimate(column.to_numpy()[first:stop], seg_x, seg_total)

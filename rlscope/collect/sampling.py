@@ -2,10 +2,14 @@
 
 Full tracing writes every event; a training loop of 5 ms iterations with a thousand GPU events
 each would write tens of GB an hour, and pay CUPTI's per-event cost all along. A sampled session
-(``rlscope.profile(sample=...)``, ``rlscope prof --sample``) instead records every iteration's
-wall time (the ``rlscope.step()`` rows, always) and everything else only inside windows of
-``window`` iterations, on average one per ``block`` iterations, after ``warmup`` iterations that
-are never sampled (start-up: compilation, allocator growth, the first launches of each kernel).
+(``rlscope.profile(sample=...)``, ``rlscope prof --sample``) instead records everything only
+inside windows of ``window`` iterations, on average one per ``block`` iterations, after
+``warmup`` iterations that are never sampled (start-up: compilation, allocator growth, the first
+launches of each kernel). Between windows ``rlscope.step()`` only counts: the iterations there
+are kept as the call count and time at each switch (``calls`` below), which gives the run's
+iteration time between any two switches exactly, and each stretch's mean iteration time. A row
+per iteration would alone take a fast loop past the trace-size goal of 100 MB an hour
+(docs/results/sampled.md).
 
 The gap between one window's end and the next window's start is drawn uniformly from 1 to
 ``2 (block - window) - 1`` iterations, so windows never line up with anything periodic in the loop
@@ -30,7 +34,9 @@ A process is fully traced until its first ``rlscope.step()``, which switches it 
 never calls it (a worker, a helper process) stays an ordinary full trace.
 
 ``samples.json`` beside the events lists every window: ``[first_iteration, start_ns, end_ns,
-iterations]`` of its measured part (after settling), and the schedule it was drawn from.
+iterations]`` of its measured part (after settling); ``calls``: ``[call, time_ns]`` of the
+``rlscope.step()`` call at every switch, at the warm-up's end and of the last call (calls counted
+from 1); and the schedule it was drawn from.
 """
 
 from __future__ import annotations
@@ -40,6 +46,7 @@ import random
 from pathlib import Path
 from typing import Any
 
+from rlscope import _hotpath
 from rlscope.collect.windows import LEVELS, LayerSwitch
 from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
@@ -135,10 +142,11 @@ class SampledWindows:
         self.spec = spec
         self.switch = LayerSwitch(session)
         self.windows: list[list[int]] = []
+        self.calls: list[list[int]] = []  # [call, time_ns] at each on_window call, then the last call
         self._rng = random.Random(spec.seed)
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec)  # as window_starts draws them
         self._iteration = 0  # steps seen so far
-        self._state = "start"  # start -> off -> settling -> measuring -> off ...; "stopped" after an error
+        self._state = "start"  # start [-> warm-up] -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
         # Written now, so that a process killed before close() is still known to be sampled (its
         # trace is no full trace); close() writes the windows.
@@ -160,16 +168,25 @@ class SampledWindows:
 
     def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
+        self.calls.append([self._iteration, end_ns])
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
         if self._state in ("start", "measuring"):
             self.switch.apply(_OFF)
+            _hotpath.set_step_rows(False)
             if self._state == "measuring":
                 self._next_start = self._iteration + _gap(self._rng, self.spec)
+            elif self.spec.warmup > self._iteration:  # a call of its own where the estimates' run starts
+                self._state = "warm-up"
+                return self.spec.warmup - self._iteration
             self._state = "off"
             return max(1, self._next_start - self._iteration)
+        if self._state == "warm-up":
+            self._state = "off"
+            return self._next_start - self._iteration
         if self._state == "off":
             self.switch.apply(_ALL)
+            _hotpath.set_step_rows(True)
             self._window_first = self._iteration
             if self.spec.settle:
                 self._state = "settling"
@@ -183,13 +200,18 @@ class SampledWindows:
         process that never called ``rlscope.step()`` was never switched: it is an ordinary full
         trace (a worker, a helper process started under ``rlscope prof --sample``)."""
         self.switch.restore()
+        _hotpath.set_step_rows(True)
         if self._state == "start":
             (directory / SAMPLES_FILE).unlink(missing_ok=True)
             return
+        calls, last_ns = self.session._ops.step_position()
+        if calls > self.calls[-1][0]:
+            self.calls.append([calls, last_ns])
         self._write(directory, complete=True)
 
     def _write(self, directory: Path, complete: bool) -> None:
         switched = self.switch.annotations_switched
         write_json_atomic(directory / SAMPLES_FILE, {
             "spec": dataclasses.asdict(self.spec), "complete": complete, "stopped_by_error": self._state == "stopped",
-            "annotations_switched": None if switched is None else bool(switched), "windows": self.windows})
+            "annotations_switched": None if switched is None else bool(switched), "windows": self.windows,
+            "calls": self.calls})
