@@ -322,3 +322,32 @@ def test_on_a_gpu_the_name_join_agrees_with_xla_s_own_ranges(tmp_path: Path) -> 
             exact = in_step["match"] == "exact"
             first_scope = dict(zip(names[exact], in_step.loc[exact, "scope"]))
     assert first_scope and all(precise[name] == scope for name, scope in first_scope.items() if name in precise)
+
+
+def test_a_kernel_of_an_unknown_name_takes_the_unnamed_instruction_between_its_neighbours(tmp_path: Path) -> None:
+    """A kernel named after no instruction and no library known here (a solver's, say) is placed
+    as a library's: in the hand-written pass, the custom call is the one instruction between its
+    neighbours that no recorded kernel is named after."""
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"a", "b", "c"})
+    (call,) = table.index[table["opcode"] == "custom-call"]
+    position = ModuleSites(module, {"a", "b", "c"}, set()).schedule()
+    rows = sorted(range(len(table)), key=lambda r: position[r])
+    kernels = ["potrf_lower_unknown_kernel" if r == call else table["kernel_name"].iat[r] for r in rows]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
+    placed = process.scopes.iloc[rows.index(call)]
+    assert placed["match"] == "order" and placed["instruction"] == table["instruction"].iat[call]
+    assert placed["scope"] == "update"
+
+
+def test_a_kernel_of_an_unknown_name_stays_unmatched_where_its_gap_holds_two_scopes(tmp_path: Path) -> None:
+    """Between the CUB module's neighbours lie a cuBLAS call in ``gae`` and two sorts in
+    ``update``, none with a kernel of its name: a kernel no name places could be any of theirs."""
+    hlo = (REPO / "tests/data/hlo/cub_sorts.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"rollout", "gae", "update"})
+    name = dict(zip(table["instruction"], table["kernel_name"]))
+    kernels = [name["before_fusion"], "potrf_lower_unknown_kernel", name["after_fusion"]]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
+    assert process.scopes["match"].iat[1] == "unmatched" and process.scopes["scope"].iat[1] == UNMATCHED

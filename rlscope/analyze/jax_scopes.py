@@ -209,7 +209,9 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     An ambiguous name (fusions of different scopes sharing one kernel) takes the one of its
     fusions placed there; a library's kernel (cuBLAS, CUB) the one instruction placed there that
     no recorded kernel is named after, or of several such, the one that calls its library
-    (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB). Where several
+    (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB). An unmatched kernel,
+    named after no instruction and no library whose names are known here, is placed as a library's
+    kernel is, among all the unnamed instructions between its neighbours. Where several
     instructions fit and all have one scope (the sorts of one ``jax.random.permutation``, whose
     kernels interleave), the kernel takes that scope and all their names."""
     exact_row = np.full(len(frame), np.nan)
@@ -223,14 +225,15 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     after = pd.Series(exact_row).groupby(group).bfill().to_numpy()
     match = frame["match"].to_numpy()
     settled: list[tuple[int, str, str, str]] = []
-    for i in np.flatnonzero(((match == "ambiguous") & (pick >= 0)) | ((match == "library") & (module == module))):
+    unnamed = np.isin(match, ("library", "unmatched"))
+    for i in np.flatnonzero(((match == "ambiguous") & (pick >= 0)) | (unnamed & (module == module))):
         if before[i] != before[i] or after[i] != after[i]:
             continue
         site = sites[int(module[i])]
         name = kernels["name"].iat[i]
         if match[i] == "ambiguous":
             fits = _between(site, site.candidates(name), int(before[i]), int(after[i]))
-        else:  # of several unnamed instructions in the gap, the one calling the kernel's library
+        else:  # of several unnamed instructions in the gap, the one calling the kernel's library, if known
             fits = _between(site, site.unnamed_rows(), int(before[i]), int(after[i]))
             fits = fits if len(fits) <= 1 else site.library_callers(name, fits)
         scopes = {site.table["scope"].iat[row] for row in fits}
