@@ -130,8 +130,8 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     skips GPU collection (CUPTI and NVML); by default it runs wherever a GPU is visible, and
     ``gpu="runtime,kernels"`` traces a subset of runtime API, driver API and kernels/copies.
     ``sample=True`` (or ``"window=20,block=500,warmup=50,settle=2,seed=1"``, or a dict of those)
-    records every iteration's wall time but everything else only in windows of ``window``
-    iterations at random places, on average one per ``block``, from the first ``rlscope.step()``
+    records everything only in windows of ``window`` iterations at random places (between them,
+    how many iterations ran in what time), on average one per ``block``, from the first ``rlscope.step()``
     on: for long runs (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the
     shares with intervals).
     ``jax_scopes=True`` (or ``"precise"``) records what the analysis needs to split the GPU time of
