@@ -120,7 +120,7 @@ def _loop(iterations: int, change_at: int) -> list[int]:
 def test_a_sampled_cpu_run_records_windows_and_its_shares_add_up_per_phase(tmp_path: Path) -> None:
     """A real loop, sampled: the windows fall where the schedule says, and each phase's shares of
     the CPU add up to the whole window time (whatever phases the run and the machine make)."""
-    sample = "window=10,block=40,warmup=20,settle=2,seed=5"
+    sample = "window=10,block=40,warmup=20,settle=2,budget=0,seed=5"  # placement as drawn: no budget
     with rlscope.profile(tmp_path, process="loop", gpu=False, sample=sample):
         called = _loop(1600, change_at=800)
     (process_dir,) = tmp_path.glob("loop.*")
@@ -287,3 +287,57 @@ def test_a_samples_file_missing_a_call_the_estimate_needs_is_a_clear_error(tmp_p
     path.write_text(json.dumps(saved))
     with pytest.raises(TraceError, match=f"rlscope.step\\(\\) call {spec.warmup} is not recorded"):
         analyze_trace(tmp_path)
+
+
+def test_windows_drawn_from_larger_blocks_count_for_more(tmp_path: Path) -> None:
+    """The budget drew the second half's gaps from blocks four times larger: its 2 windows stand
+    for as many iterations as the first half's 8. The first half spends 30% of its time in
+    ``sim``, the second 60%: the run's share is 45%, which an unweighted mean (36%) would miss."""
+    from rlscope.analyze.sampled import analyze_sampled
+    from tests.synthetic import OP, make_trace
+
+    rows, windows = [], []
+    for i, share in enumerate([0.3] * 8 + [0.6] * 2):
+        start = 1000 + i * 1000
+        rows += [(OP, start, start + int(share * 100), "sim"), (OP, start + int(share * 100), start + 100, "other")]
+        windows.append([10 + 10 * i, start, start + 100, 1])
+    trace = make_trace(rows, start=0, end=12000)
+    (tmp_path / SAMPLES_FILE).write_text(json.dumps({
+        "spec": {"warmup": 1}, "windows": windows, "blocks": [100] * 8 + [400] * 2,
+        "calls": [[1, 500], [200, 11500]]}))
+    trace = type(trace)(tmp_path, trace.meta, trace.events)
+    sampled = analyze_sampled(trace, find_phases=False)[2]
+    sim = sampled[sampled["operation"] == "sim"].iloc[0]
+    assert sim["share"] == pytest.approx(0.45)
+    assert sim["seconds"] == pytest.approx(0.45 * 11000 / 1e9)
+
+
+def test_the_budget_draws_from_the_block_that_keeps_the_trace_within_it() -> None:
+    from rlscope.collect.sampling import budgeted_block
+
+    spec = parse_sample("window=20,block=500,budget=100")
+    # 100 MB an hour of 100 kB windows is 1,000 windows an hour; at 10,000 iterations a second,
+    # one window per 36,000 iterations
+    assert budgeted_block(spec, 1e5, 1e4) == 36_000
+    assert budgeted_block(spec, 10.0, 1e4) == 500  # never below the block asked for
+    assert budgeted_block(parse_sample("budget=0"), 1e5, 1e4) == 500  # no bound
+
+
+def test_a_sampled_run_over_its_budget_draws_larger_blocks(tmp_path: Path) -> None:
+    """Many annotations per iteration, windows of about 10 kB every 100 iterations: gigabytes an
+    hour at any speed this machine runs the loop, over a budget of 500 MB an hour, which leaves
+    about 14 windows a second: the blocks grow from the one asked for (at the first look at the
+    trace's size, after BUDGET_CHECK_S), and samples.json records each window's."""
+    spec = parse_sample("window=5,block=100,warmup=5,settle=1,budget=500,seed=4")
+    with rlscope.profile(tmp_path, process="heavy", gpu=False, sample=spec):
+        end = time.perf_counter() + 2.5
+        while time.perf_counter() < end:
+            rlscope.step()
+            for _ in range(50):
+                with rlscope.operation("work"):
+                    pass
+    (process_dir,) = tmp_path.glob("heavy.*")
+    saved = json.loads((process_dir / SAMPLES_FILE).read_text())
+    assert len(saved["blocks"]) == len(saved["windows"]) >= 2
+    assert saved["blocks"][0] == spec.block and sum(b > spec.block for b in saved["blocks"]) >= 5
+    assert not analyze_trace(tmp_path)["sampled"].empty

@@ -9,6 +9,10 @@ time over the iterations from the warm-up's end to the last ``rlscope.step()`` i
 their total time, which the calls' times give exactly (the start-up before the first step, the
 warm-up and what follows the last step are in no estimate).
 
+Where the trace-size budget (``rlscope.collect.sampling``) drew some gaps from larger blocks,
+iterations there were measured less often, and each window counts in proportion to its block
+(``blocks`` in ``samples.json``): ``R = sum(b y) / sum(b x)``, the residuals weighted the same.
+
 The interval: ``R``'s variance to first order is that of the residuals ``d_i = y_i - R x_i``
 (``n s_d^2 / sum(x)^2``). Windows spread evenly over a run are close to a systematic sample, for
 which the plain variance of ``d`` overstates the error wherever the run drifts slowly; the
@@ -138,6 +142,9 @@ def _samples(trace: ProcessTrace) -> dict:
         saved = json.loads(path.read_text())
         saved["windows"] = [[int(v) for v in w] for w in saved["windows"]]
         saved["calls"] = np.array(saved["calls"], dtype=np.int64).reshape(-1, 2)
+        saved["blocks"] = np.array(saved["blocks"], dtype=np.float64)
+        if len(saved["blocks"]) != len(saved["windows"]):
+            raise ValueError(f"{len(saved['blocks'])} blocks for {len(saved['windows'])} windows")
     except (OSError, ValueError, KeyError, TypeError) as err:
         raise TraceError(f"{path}: unreadable sampled windows ({err}); profile the run again") from err
     return saved
@@ -240,9 +247,11 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
         saved = _samples(trace)
         windows, spec = saved["windows"], saved.get("spec", {})
         numbers, times = saved["calls"][:, 0], saved["calls"][:, 1]
+        weights = saved["blocks"]
     else:
         times = step_calls(trace)
         numbers = np.arange(1, len(times) + 1)
+        weights = np.ones(len(windows))
     spec = spec or {}
     if not windows:  # killed before a window ended, or too short a run: nothing to estimate from
         warnings.warn(f"{trace.process}: sampled, but no window was complete ({trace.directory / SAMPLES_FILE}); "
@@ -285,8 +294,9 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
         end = windows[stop][0] if stop < len(windows) else int(numbers[-1])
         seg_total = float(time_of(end) - time_of(begin))
         flagged = sum(bool(f) for f in flags[first:stop])
+        seg_w = weights[first:stop]
         for (operation, resources), column in y.items():
-            est = ratio_estimate(column.to_numpy()[first:stop], seg_x, seg_total)
+            est = ratio_estimate(seg_w * column.to_numpy()[first:stop], seg_w * seg_x, seg_total)
             rows.append((trace.process, segment, windows[first][0], operation, resources, est.share, est.low,
                          est.high, est.seconds, est.seconds_low, est.seconds_high, est.windows, flagged))
     sampled = pd.DataFrame(rows, columns=SAMPLED_COLUMNS)

@@ -23,6 +23,18 @@ the windows instead of 10%, which biased a share's estimate by about twice its s
 iterations of each window are recorded but left out of its time (``rlscope.analyze.sampled``):
 switching CUPTI's recording on slows the launches that follow it for a while.
 
+A window is fully traced, so what a sampled trace grows by per hour is a window's bytes times
+the windows per hour, and a fast loop with many events per iteration makes that gigabytes at the
+default block. ``budget`` bounds it (MB per hour of the run after its first ``rlscope.step()``;
+0: no bound): at most every ``BUDGET_CHECK_S``, at a window's end, the bytes the process has
+written since its first step, over the windows closed, give a window's size; with the iteration
+rate so far, the block that keeps the trace within the budget, never below ``block``, is the one
+the next gap is drawn from. Iterations are then measured with a probability that changes over the
+run, ``(window - settle) / block``, so each window counts in proportion to the block its gap was
+drawn from (``blocks`` in ``samples.json``; ``rlscope.analyze.sampled`` weights by it). The bytes
+are those on disk, which trail the events by the time-bound writes' interval (about a second), so
+a run's first seconds may write more than the budget allows.
+
 Between windows the layers are off as in calibration's ``off`` level (``rlscope.collect.windows``):
 annotations are no-ops, the transition hooks are out and CUPTI records nothing, but stays
 attached. Detaching between windows (``cuptiFinalize``, then subscribing again) would also drop
@@ -34,14 +46,16 @@ A process is fully traced until its first ``rlscope.step()``, which switches it 
 never calls it (a worker, a helper process) stays an ordinary full trace.
 
 ``samples.json`` beside the events lists every window: ``[first_iteration, start_ns, end_ns,
-iterations]`` of its measured part (after settling); ``calls``: ``[call, time_ns]`` of the
-``rlscope.step()`` call at every switch, at the warm-up's end and of the last call (calls counted
-from 1); and the schedule it was drawn from.
+iterations]`` of its measured part (after settling); ``blocks``: the block each window's gap was
+drawn from; ``calls``: ``[call, time_ns]`` of the ``rlscope.step()`` call at every switch, at the
+warm-up's end and of the last call (calls counted from 1); and the schedule it was drawn from.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
+import os
 import random
 from pathlib import Path
 from typing import Any
@@ -52,27 +66,30 @@ from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
-__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts"]
+__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts", "budgeted_block", "BUDGET_CHECK_S"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
+BUDGET_CHECK_S = 0.5  # how often at most the trace's size is looked at (at a window's end)
 
 
 @dataclasses.dataclass(frozen=True)
 class SampleSpec:
     """Windows of ``window`` iterations (their first ``settle`` left out), on average one per
-    ``block`` iterations at random places, after ``warmup`` iterations; ``seed`` fixes the places."""
+    ``block`` iterations at random places, after ``warmup`` iterations; ``seed`` fixes the places;
+    ``budget``: at most this many MB of trace per hour, by drawing from larger blocks (0: no bound)."""
 
     window: int = 20
     block: int = 500
     warmup: int = 50
     settle: int = 2
+    budget: int = 100
     seed: int | None = None
 
     def __post_init__(self) -> None:
-        if self.window < 1 or self.block < 1 or self.warmup < 0 or self.settle < 0:
-            raise RlscopeError(f"sample {self.text()}: window and block must be at least 1, warmup and settle "
-                               "at least 0")
+        if self.window < 1 or self.block < 1 or self.warmup < 0 or self.settle < 0 or self.budget < 0:
+            raise RlscopeError(f"sample {self.text()}: window and block must be at least 1, warmup, settle and "
+                               "budget at least 0")
         if self.settle >= self.window:
             raise RlscopeError(f"sample {self.text()}: settle ({self.settle}) must be shorter than the window "
                                f"({self.window}), or no iteration of a window is measured")
@@ -112,18 +129,29 @@ def parse_sample(spec: str | bool | SampleSpec | dict[str, Any]) -> SampleSpec:
     return SampleSpec(**fields)
 
 
-def _gap(rng: random.Random, spec: SampleSpec) -> int:
-    """Iterations from the end of one window (or of the warm-up) to the start of the next."""
-    return rng.randint(1, 2 * (spec.block - spec.window) - 1)
+def _gap(rng: random.Random, window: int, block: int) -> int:
+    """Iterations from the end of one window (or of the warm-up) to the start of the next, on
+    average ``block - window``."""
+    return rng.randint(1, 2 * (block - window) - 1)
+
+
+def budgeted_block(spec: SampleSpec, window_bytes: float, iterations_per_s: float) -> int:
+    """The block whose windows, each ``window_bytes`` long, keep a loop of ``iterations_per_s``
+    within ``spec.budget`` MB an hour; never below ``spec.block``."""
+    if spec.budget <= 0 or window_bytes <= 0 or iterations_per_s <= 0:
+        return spec.block
+    windows_per_s = spec.budget * 1e6 / 3600 / window_bytes
+    return max(spec.block, math.ceil(iterations_per_s / windows_per_s))
 
 
 def window_starts(spec: SampleSpec, windows: int) -> list[int]:
     """The first iteration of each of the first ``windows`` windows (counted in ``rlscope.step()``
-    calls), as ``SampledWindows`` draws them."""
+    calls), as ``SampledWindows`` draws them while the budget keeps the block at ``spec.block``."""
     rng = random.Random(spec.seed)
-    starts = [max(spec.warmup, 1) + _gap(rng, spec)]  # the first step() is the first a window can follow
+    # the first step() is the first a window can follow
+    starts = [max(spec.warmup, 1) + _gap(rng, spec.window, spec.block)]
     while len(starts) < windows:
-        starts.append(starts[-1] + spec.window + _gap(rng, spec))
+        starts.append(starts[-1] + spec.window + _gap(rng, spec.window, spec.block))
     return starts
 
 
@@ -134,6 +162,7 @@ class SampledWindows:
 
     def __init__(self, session: Any, spec: SampleSpec, directory: Path) -> None:
         self.session = session
+        self.directory = directory
         if spec.seed is None:  # drawn now and written down, so the windows can be drawn again
             spec = dataclasses.replace(spec, seed=random.SystemRandom().randrange(2**31))
         if spec.settle == 0 and getattr(session, "_gpu", None) is not None:
@@ -143,8 +172,12 @@ class SampledWindows:
         self.switch = LayerSwitch(session)
         self.windows: list[list[int]] = []
         self.calls: list[list[int]] = []  # [call, time_ns] at each on_window call, then the last call
+        self.blocks: list[int] = []  # per window, the block its gap was drawn from
         self._rng = random.Random(spec.seed)
-        self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec)  # as window_starts draws them
+        self._block = spec.block  # the block the next gap is drawn from
+        self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec.window, spec.block)  # as window_starts does
+        self._began: tuple[int, int] | None = None  # (time, trace bytes) at the first step()
+        self._checked_ns = 0  # when the trace's size was last looked at
         self._iteration = 0  # steps seen so far
         self._state = "start"  # start [-> warm-up] -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
@@ -169,13 +202,17 @@ class SampledWindows:
     def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
         self.calls.append([self._iteration, end_ns])
+        if self._began is None:
+            self._began = (end_ns, self._trace_bytes())
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
+            self.blocks.append(self._block)
         if self._state in ("start", "measuring"):
             self.switch.apply(_OFF)
             _hotpath.set_step_rows(False)
             if self._state == "measuring":
-                self._next_start = self._iteration + _gap(self._rng, self.spec)
+                self._block = self._within_budget(end_ns)
+                self._next_start = self._iteration + _gap(self._rng, self.spec.window, self._block)
             elif self.spec.warmup > self._iteration:  # a call of its own where the estimates' run starts
                 self._state = "warm-up"
                 return self.spec.warmup - self._iteration
@@ -194,6 +231,23 @@ class SampledWindows:
         self._window_first = self._iteration
         self._state = "measuring"
         return self.spec.window - self.spec.settle
+
+    def _within_budget(self, now_ns: int) -> int:
+        """The block for the next gap: ``budgeted_block`` from the bytes written and the
+        iterations run since the first step(), looked at most every ``BUDGET_CHECK_S``."""
+        if self.spec.budget <= 0 or now_ns - self._checked_ns < BUDGET_CHECK_S * 1e9 or self._began is None:
+            return self._block
+        self._checked_ns = now_ns
+        began_ns, began_bytes = self._began
+        written = self._trace_bytes() - began_bytes
+        rate = (self._iteration - self.calls[0][0]) / max(now_ns - began_ns, 1) * 1e9
+        return budgeted_block(self.spec, written / len(self.windows), rate)
+
+    def _trace_bytes(self) -> int:
+        """What the process's trace files hold on disk now (its directory's files; XLA's dumps,
+        written at compiles, are in a directory below and not counted)."""
+        with os.scandir(self.directory) as entries:
+            return sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
 
     def close(self, directory: Path) -> None:
         """Switch everything back on (a window open now is left out) and write the windows. A
@@ -214,4 +268,4 @@ class SampledWindows:
         write_json_atomic(directory / SAMPLES_FILE, {
             "spec": dataclasses.asdict(self.spec), "complete": complete, "stopped_by_error": self._state == "stopped",
             "annotations_switched": None if switched is None else bool(switched), "windows": self.windows,
-            "calls": self.calls})
+            "blocks": self.blocks, "calls": self.calls})
