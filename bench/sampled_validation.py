@@ -1,15 +1,17 @@
 """Is a sampled run's estimate right? Sample a fully traced run after the fact, many times over.
 
-    python bench/sampled_validation.py synthetic [--seeds 200] [--out synthetic.json]
+    python bench/sampled_validation.py synthetic [--seeds 200] [--iterations 40000] [--out synthetic.json]
     python bench/sampled_validation.py record TRACE_DIR [--workload gym_numpy] [--steps 40000]
     python bench/sampled_validation.py check TRACE_DIR [--seeds 100] [--window 10] [--block 200] \\
         [--warmup 50] [--settle 2] [--out validation.json]
 
 ``synthetic`` runs the estimator on made-up runs whose truth is known (an operation's share
 drifting x1.5 over the run, noise, an evaluation every 100 iterations that takes 20 iterations'
-time), with the windows placed two ways: the gap between windows drawn uniformly (what
-``rlscope.collect.sampling`` does) and one window at a uniform offset inside each fixed block
-(what it does not do, and why). ``record`` profiles one of the overhead workloads
+time), with the windows placed three ways: the gap between windows drawn uniformly (what
+``rlscope.collect.sampling`` does), one window at a uniform offset inside each fixed block
+(what it does not do, and why), and uniform gaps from a block that quadruples halfway, as the
+trace budget draws them when the operation's time doubles there, estimated with the windows
+weighted by their blocks and without. ``record`` profiles one of the overhead workloads
 (``experiments/overhead/loops.py``) with every layer on, the whole run. ``check`` draws the
 windows a sampled session with each seed would have measured
 (``rlscope.collect.sampling.window_starts``, on the trace's own ``rlscope.step()`` times),
@@ -44,26 +46,60 @@ def _fixed_blocks(spec: Any, windows: int, rng: Any) -> list[int]:
     return [spec.warmup + b * spec.block + int(rng.integers(0, spec.block - spec.window + 1)) for b in range(windows)]
 
 
+def _budgeted(spec: Any, iterations: int, seed: int) -> tuple[list[int], list[int]]:
+    """Windows placed as a sampled session places them whose trace budget quadruples the block
+    halfway through the run (a loop whose events per iteration grew): the windows' starts and the
+    block each one's gap was drawn from."""
+    import random
+
+    from rlscope.collect.sampling import _gap
+
+    rng = random.Random(seed)
+    starts, blocks, block = [], [], spec.block
+    start = max(spec.warmup, 1) + _gap(rng, spec.window, block)
+    while start + spec.window <= iterations:
+        starts.append(start)
+        blocks.append(block)
+        block = spec.block * (4 if start >= iterations // 2 else 1)
+        start += spec.window + _gap(rng, spec.window, block)
+    return starts, blocks
+
+
 def synthetic(seeds: int, iterations: int = 40_000) -> dict[str, Any]:
+    """Per schedule: the estimate over many made-up runs. In the budgeted runs the operation's
+    time doubles halfway (what made the trace grow and the budget draw from larger blocks); they
+    are estimated twice, the windows weighted by their blocks (as ``rlscope.analyze.sampled``
+    does) and not."""
     from rlscope.analyze.sampled import ratio_estimate
     from rlscope.collect.sampling import SampleSpec, window_starts
 
     results = {}
-    for schedule in ("uniform gaps", "fixed blocks"):
+    for schedule in ("uniform gaps", "fixed blocks", "budget: block x4 halfway, weighted",
+                     "budget: block x4 halfway, unweighted"):
         covered, errors, halves, seen = [], [], [], []
         for seed in range(seeds):
             rng = np.random.default_rng(seed)
             drift = np.linspace(1.0, 1.5, iterations)
             part = 0.3 * drift * rng.lognormal(0, 0.2, iterations)
+            if schedule.startswith("budget"):
+                part[iterations // 2:] *= 2
             wall = part + 0.7 * drift * rng.lognormal(0, 0.2, iterations)
             wall[::100] += 20.0
             spec = SampleSpec(window=10, block=200, warmup=0, settle=0, seed=seed)
-            starts = window_starts(spec, iterations // spec.block) if schedule == "uniform gaps" else \
-                _fixed_blocks(spec, iterations // spec.block, rng)
-            starts = [s for s in starts if s + spec.window <= iterations]
+            weights = None
+            if schedule == "uniform gaps":
+                starts = window_starts(spec, iterations // spec.block)
+            elif schedule == "fixed blocks":
+                starts = _fixed_blocks(spec, iterations // spec.block, rng)
+            else:
+                starts, blocks = _budgeted(spec, iterations, seed)
+                weights = np.array(blocks, dtype=np.float64) if schedule.endswith(", weighted") else None
+            keep = [i for i, s in enumerate(starts) if s + spec.window <= iterations]
+            starts = [starts[i] for i in keep]
+            w = weights[keep] if weights is not None else np.ones(len(starts))
             x = np.array([wall[s:s + spec.window].sum() for s in starts])
             y = np.array([part[s:s + spec.window].sum() for s in starts])
-            est = ratio_estimate(y, x, wall.sum())
+            est = ratio_estimate(w * y, w * x, wall.sum())
             truth = part.sum() / wall.sum()
             covered.append(est.low <= truth <= est.high)
             errors.append(est.share - truth)
@@ -148,8 +184,9 @@ def check(trace: Path, seeds: int, spec_fields: dict[str, int]) -> dict[str, Any
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     commands = parser.add_subparsers(dest="command", required=True)
-    syn = commands.add_parser("synthetic", help="the estimator on made-up runs, two ways of placing windows")
+    syn = commands.add_parser("synthetic", help="the estimator on made-up runs, several ways of placing windows")
     syn.add_argument("--seeds", type=int, default=200)
+    syn.add_argument("--iterations", type=int, default=40_000, help="each made-up run's length")
     syn.add_argument("--out", type=Path, default=None, help="write the results as JSON")
     rec = commands.add_parser("record", help="profile an overhead workload, everything on, the whole run")
     rec.add_argument("trace", type=Path)
@@ -166,7 +203,7 @@ def main() -> None:
         record(args.trace, args.workload, args.steps)
         return
     if args.command == "synthetic":
-        result = synthetic(args.seeds)
+        result = synthetic(args.seeds, args.iterations)
         if args.out is not None:
             args.out.write_text(json.dumps(result, indent=1) + "\n")
         return

@@ -11,16 +11,17 @@ from tables_common import RESULTS, markdown_table
 SAMPLED = RESULTS / "sampled"
 
 
-def synthetic_schedules() -> str:
+def synthetic_schedules(record: str = "synthetic.json") -> str:
     """The estimator on made-up runs, per way of placing windows: coverage of the 95% intervals,
     mean error and its spread, the median half-width, and how many windows saw an evaluation."""
-    data = json.loads((SAMPLED / "synthetic.json").read_text())
+    data = json.loads((SAMPLED / record).read_text())
     expected = data["evaluation_share_of_windows_expected"]
     rows = [[schedule, f"{r['coverage']:.1%}", f"{r['mean_error']:+.4f}", f"{r['error_sd']:.4f}",
              f"{r['median_half_width']:.4f}", f"{r['windows_seeing_an_evaluation']:.1%} (expected {expected:.0%})",
              r["seeds"]] for schedule, r in data["schedules"].items()]
-    return markdown_table(["windows placed by", "intervals covering the truth", "mean error", "error's sd",
-                           "median half-width", "windows seeing an evaluation", "runs"], rows)
+    return f"{data['iterations']:,} iterations per run\n\n" + markdown_table(
+        ["windows placed by", "intervals covering the truth", "mean error", "error's sd", "median half-width",
+         "windows seeing an evaluation", "runs"], rows)
 
 
 def full_trace_subsampled() -> str:
@@ -40,10 +41,10 @@ def full_trace_subsampled() -> str:
                                      "within max(0.5 points, 5%)", "mean error", "median half-width"], rows)
 
 
-def size_and_cost() -> str:
+def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
     """``bench/sampled_size.py``: per mode, the loop's time over the unprofiled one (median
     [range] over rounds), trace bytes per iteration and per hour of this loop, peak memory."""
-    data = json.loads((SAMPLED / "size_gym_numpy_cpu.json").read_text())
+    data = json.loads((SAMPLED / record).read_text())
     rows = []
     for mode, r in data["summary"].items():
         low, high = r["over_off_range"]
@@ -119,5 +120,7 @@ def gpu_shares() -> str:
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
                                         "sampled_synthetic": synthetic_schedules,
+                                        "sampled_synthetic_long": lambda: synthetic_schedules("synthetic_long.json"),
                                         "sampled_full_trace": full_trace_subsampled,
-                                        "sampled_size": size_and_cost}
+                                        "sampled_size": size_and_cost,
+                                        "sampled_size_budget": lambda: size_and_cost("size_gym_numpy_cpu_budget.json")}
