@@ -260,6 +260,20 @@ def test_the_run_time_counts_what_set_phase_leaves_out_of_step_rows(tmp_path: Pa
         ended = time.perf_counter_ns()
     sampled = analyze_trace(tmp_path)["sampled"]
     assert sampled["seconds"].sum() == pytest.approx((ended - began) / 1e9, rel=0.1)
+    # a phase change between windows writes no step row, nor does the stop: every row starts
+    # inside a window (its settling iterations included)
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.trace.schema import Kind
+
+    (process,) = read_attributed(tmp_path)
+    saved = json.loads(next(tmp_path.glob(f"sb3like.*/{SAMPLES_FILE}")).read_text())
+    calls = dict(saved["calls"])
+    opened = [calls[w[0] - spec.settle] if spec.settle else w[1] for w in saved["windows"]]
+    starts = np.sort(process.events.loc[process.events["kind"] == int(Kind.STEP), "start_ns"].to_numpy())
+    inside = np.zeros(len(starts), dtype=bool)
+    for first, (_, _, end, _) in zip(opened, saved["windows"]):
+        inside |= (starts >= first) & (starts < end)
+    assert inside.all() and len(starts) >= len(saved["windows"])
     shares = sampled.groupby("operation")["share"].sum()
     assert shares["backpropagation"] > 0.2 and shares["simulation"] > 0.2
 
@@ -303,7 +317,7 @@ def test_windows_drawn_from_larger_blocks_count_for_more(tmp_path: Path) -> None
         windows.append([10 + 10 * i, start, start + 100, 1])
     trace = make_trace(rows, start=0, end=12000)
     (tmp_path / SAMPLES_FILE).write_text(json.dumps({
-        "spec": {"warmup": 1}, "windows": windows, "blocks": [100] * 8 + [400] * 2,
+        "spec": {"warmup": 1}, "complete": True, "windows": windows, "blocks": [100] * 8 + [400] * 2,
         "calls": [[1, 500], [200, 11500]]}))
     trace = type(trace)(tmp_path, trace.meta, trace.events)
     sampled = analyze_sampled(trace, find_phases=False)[2]
@@ -341,3 +355,45 @@ def test_a_sampled_run_over_its_budget_draws_larger_blocks(tmp_path: Path) -> No
     assert len(saved["blocks"]) == len(saved["windows"]) >= 2
     assert saved["blocks"][0] == spec.block and sum(b > spec.block for b in saved["blocks"]) >= 5
     assert not analyze_trace(tmp_path)["sampled"].empty
+
+
+@pytest.mark.parametrize("damage, message", [
+    (lambda s: s.pop("calls"), "calls"),  # what an older rlscope wrote
+    (lambda s: s.update(calls=s["calls"][::-1]), "out of order"),
+    (lambda s: s.update(blocks=s["blocks"][:-1]), "blocks for"),
+    (lambda s: s.update(windows=[[1, 10, 5, 2]] + s["windows"][1:]), "ends before it starts"),
+    (lambda s: s.update(spec="window=4"), "spec"),
+])
+def test_a_damaged_samples_file_is_one_clear_error(tmp_path: Path, damage, message: str) -> None:
+    from rlscope.errors import TraceError
+
+    with rlscope.profile(tmp_path, process="loop", gpu=False, sample="window=4,block=10,warmup=4,budget=0,seed=2"):
+        for _ in range(100):
+            rlscope.step()
+    (path,) = tmp_path.glob(f"loop.*/{SAMPLES_FILE}")
+    saved = json.loads(path.read_text())
+    damage(saved)
+    path.write_text(json.dumps(saved))
+    with pytest.raises(TraceError, match=message):
+        analyze_trace(tmp_path)
+
+
+def test_the_correction_reads_a_sampled_runs_speed_from_its_windows(tmp_path: Path) -> None:
+    """``analyze --corrected`` compares the trace's time per iteration with calibration's: in a
+    sampled trace iterations are rows inside windows only, so the windows are its spans, and the
+    time per iteration is about the run's own (not stretched over the gaps between windows)."""
+    from rlscope.analyze.attribution import read_attributed
+    from rlscope.analyze.sampled import sampled_calls
+    from rlscope.calibrate.spans import first_step_ns, trace_iteration
+
+    with rlscope.profile(tmp_path, process="loop", gpu=False, sample="window=10,block=40,warmup=10,budget=0,seed=3"):
+        for _ in range(600):
+            rlscope.step()
+            with rlscope.operation("work"):
+                time.sleep(0.0005)
+    processes = read_attributed(tmp_path)
+    numbers, times = sampled_calls(processes[0])
+    mean = (times[-1] - times[0]) / (numbers[-1] - numbers[0])
+    per_iteration, events = trace_iteration(processes)
+    assert 0.5 * mean < per_iteration < 2 * mean and events > 0
+    assert first_step_ns(processes[0]) == times[0]

@@ -96,18 +96,22 @@ public:
     // Returns the time of the call.
     int64_t step(nb::handle phase) {
         const int64_t start = last_step_;
-        const int64_t now = pass_step();
-        if (start >= 0) add_step(phase, start, now);
-        return now;
+        last_step_ = pass_step();
+        if (start >= 0) add_step(phase, start, last_step_);
+        return last_step_;
     }
 
-    // A step() whose iteration is not recorded (between a sampled session's windows): counted,
-    // and the next recorded iteration starts at this call.
+    // A step() whose iteration is not recorded (between a sampled session's windows): only
+    // counted, and its time kept.
     int64_t pass_step() {
-        last_step_ = last_call_ = now_ns();
+        last_call_ = now_ns();
         ++calls_;
         return last_call_;
     }
+
+    // Rows stop (no iteration open, so a phase change or the end writes none) or start again
+    // (the next recorded iteration starts at the last call).
+    void set_rows(bool rows) { last_step_ = rows ? last_call_ : -1; }
 
     // (step() calls so far, time of the last one or -1): where a sampled session's run ends.
     nb::tuple step_position() const { return nb::make_tuple(calls_, last_call_); }
@@ -300,7 +304,12 @@ NB_MODULE(_hotpath, m) {
     m.def("step", &step_now, "Mark an iteration boundary, so results can be given per iteration.");
     m.def("set_step_phase", [](nb::object phase) { g_stepper.phase = phase; }, "phase"_a,
           "The phase the following iterations belong to.");
-    m.def("set_step_rows", [](bool rows) { g_stepper.rows = rows; }, "rows"_a,
+    m.def("set_step_rows",
+          [](bool rows) {
+              if (g_stepper.ops != nullptr && rows != g_stepper.rows) g_stepper.ops->set_rows(rows);
+              g_stepper.rows = rows;
+          },
+          "rows"_a,
           "Whether the following iterations are recorded as rows (False: step() only counts them and keeps "
           "the time of the last call, Operations.step_position).");
 

@@ -26,23 +26,23 @@ of it. A change of phase shows as one large difference, which the per-segment es
 from __future__ import annotations
 
 import dataclasses
-import json
 import math
 import warnings
 from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
+from pydantic import ValidationError
 
 from rlscope.analyze.caveats import add_caveat
 from rlscope.analyze.overlap import analyze_process
-from rlscope.errors import TraceError
+from rlscope.errors import TraceError, os_error_message, schema_problem
 from rlscope.trace.reader import ProcessTrace
-from rlscope.trace.schema import SAMPLES_FILE, Kind
+from rlscope.trace.schema import SAMPLES_FILE, Kind, SamplesFile
 
 __all__ = ["SAMPLES_FILE", "SAMPLED_COLUMNS", "SampledWarning", "ShareEstimate", "step_calls", "sampled_calls",
-           "ratio_estimate",
-           "successive_difference_variance", "phases", "is_sampled", "analyze_sampled"]
+           "sampled_windows", "ratio_estimate", "successive_difference_variance", "phases", "is_sampled",
+           "analyze_sampled"]
 
 SAMPLED_COLUMNS = ["process", "segment", "first_iteration", "operation", "resources", "share", "share_low",
                    "share_high", "seconds", "seconds_low", "seconds_high", "windows", "flagged_windows"]
@@ -137,17 +137,24 @@ def is_sampled(trace: ProcessTrace) -> bool:
 
 
 def _samples(trace: ProcessTrace) -> dict:
+    """``samples.json``, validated (``SamplesFile``): windows as lists, blocks and calls as arrays."""
     path = trace.directory / SAMPLES_FILE
     try:
-        saved = json.loads(path.read_text())
-        saved["windows"] = [[int(v) for v in w] for w in saved["windows"]]
-        saved["calls"] = np.array(saved["calls"], dtype=np.int64).reshape(-1, 2)
-        saved["blocks"] = np.array(saved["blocks"], dtype=np.float64)
-        if len(saved["blocks"]) != len(saved["windows"]):
-            raise ValueError(f"{len(saved['blocks'])} blocks for {len(saved['windows'])} windows")
-    except (OSError, ValueError, KeyError, TypeError) as err:
-        raise TraceError(f"{path}: unreadable sampled windows ({err}); profile the run again") from err
-    return saved
+        saved = SamplesFile.model_validate_json(path.read_bytes())
+    except OSError as err:
+        raise TraceError(f"{path}: unreadable: {os_error_message(err)}") from err
+    except ValidationError as err:
+        raise TraceError(f"{path}: {schema_problem(err)}; the file is damaged, or an older rlscope wrote it: "
+                         "profile the run again") from err
+    return {"spec": saved.spec, "windows": [list(w) for w in saved.windows],
+            "blocks": np.array(saved.blocks, dtype=np.float64),
+            "calls": np.array(saved.calls, dtype=np.int64).reshape(-1, 2)}
+
+
+def sampled_windows(trace: ProcessTrace) -> list[list[int]]:
+    """A sampled process's windows as ``samples.json`` lists them: ``[first_iteration, start_ns,
+    end_ns, iterations]`` of each one's measured part."""
+    return _samples(trace)["windows"]
 
 
 def sampled_calls(trace: ProcessTrace) -> tuple[np.ndarray, np.ndarray]:

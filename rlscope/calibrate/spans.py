@@ -14,6 +14,7 @@ import numpy as np
 import pandas as pd
 
 from rlscope.analyze.attribution import launching_call, outermost_per_thread
+from rlscope.analyze.sampled import is_sampled, sampled_calls, sampled_windows
 from rlscope.calibrate.model import CPU_EVENTS, EVENT_TYPES
 from rlscope.collect.windows import WINDOWS_FILE
 from rlscope.trace.schema import Kind
@@ -55,6 +56,9 @@ def first_step_ns(process: Any) -> int | None:
     """When a process first called rlscope.step() (profiled or wall-clock only), or None."""
     if process.meta.get("wall_only"):
         return process.meta.get("first_step_ns")
+    if is_sampled(process):  # step rows only inside its windows; samples.json has the first call
+        times = sampled_calls(process)[1]
+        return int(times[0]) if len(times) else None
     events = process.events
     steps = events.loc[events["kind"] == int(Kind.STEP), "start_ns"]
     return int(steps.min()) if len(steps) else None
@@ -107,20 +111,31 @@ def trace_iteration(processes: list[Any], span_ns: float = 10e6) -> tuple[float,
     if best is None:
         return None
     main = best.meta.get("main_tid")
-    steps = best.events[(best.events["kind"] == int(Kind.STEP)) & (best.events["tid"] == main)].sort_values("start_ns")
-    if len(steps) < 2:
-        return None
-    start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
-    cuts = [0]
-    for i in range(1, len(start)):
-        if start[i] - start[cuts[-1]] >= span_ns:
-            cuts.append(i)
-    spans = np.array([[0, start[a], end[b - 1], b - a] for a, b in zip(cuts, [*cuts[1:], len(start)])],
-                     dtype=np.int64)
-    spans = spans[:-1] if len(spans) > 1 else spans  # the last ends with profiling: teardown, not an iteration
+    if is_sampled(best):  # iterations are recorded inside its windows only: the windows are the spans
+        spans = np.array([[0, start, end, n] for _, start, end, n in sampled_windows(best)],
+                         dtype=np.int64).reshape(-1, 4)
+        if not len(spans):
+            return None
+    else:
+        steps = best.events[(best.events["kind"] == int(Kind.STEP)) & (best.events["tid"] == main)]
+        steps = steps.sort_values("start_ns")
+        if len(steps) < 2:
+            return None
+        start, end = steps["start_ns"].to_numpy(), steps["end_ns"].to_numpy()
+        cuts = [0]
+        for i in range(1, len(start)):
+            if start[i] - start[cuts[-1]] >= span_ns:
+                cuts.append(i)
+        spans = np.array([[0, start[a], end[b - 1], b - a] for a, b in zip(cuts, [*cuts[1:], len(start)])],
+                         dtype=np.int64)
+        spans = spans[:-1] if len(spans) > 1 else spans  # the last ends with profiling: teardown, not an iteration
     times = (spans[:, 2] - spans[:, 1] - write_time_in(spans, best.events, main)) / spans[:, 3]
     counted = dict(zip(EVENT_TYPES, event_times(best.events[best.events["tid"] == main])))
-    events = sum(int(((t >= spans[0, 1]) & (t < spans[-1, 2])).sum()) for e, t in counted.items() if e in CPU_EVENTS)
+    events = 0
+    for e, t in counted.items():
+        if e in CPU_EVENTS:
+            t = np.sort(t)
+            events += int((np.searchsorted(t, spans[:, 2]) - np.searchsorted(t, spans[:, 1])).sum())
     return float(np.median(times)), events / float(spans[:, 3].sum())
 
 

@@ -8,8 +8,8 @@ inside windows of ``window`` iterations, on average one per ``block`` iterations
 launches of each kernel). Between windows ``rlscope.step()`` only counts: the iterations there
 are kept as the call count and time at each switch (``calls`` below), which gives the run's
 iteration time between any two switches exactly, and each stretch's mean iteration time. A row
-per iteration would alone take a fast loop past the trace-size goal of 100 MB an hour
-(docs/results/sampled.md).
+per iteration, tens of bytes at thousands of iterations a second, would alone take a fast loop
+past a trace budget of 100 MB an hour.
 
 The gap between one window's end and the next window's start is drawn uniformly from 1 to
 ``2 (block - window) - 1`` iterations, so windows never line up with anything periodic in the loop
@@ -25,11 +25,12 @@ switching CUPTI's recording on slows the launches that follow it for a while.
 
 A window is fully traced, so what a sampled trace grows by per hour is a window's bytes times
 the windows per hour, and a fast loop with many events per iteration makes that gigabytes at the
-default block. ``budget`` bounds it (MB per hour of the run after its first ``rlscope.step()``;
-0: no bound): at most every ``BUDGET_CHECK_S``, at a window's end, the bytes the process has
-written since its first step, over the windows closed, give a window's size; with the iteration
-rate so far, the block that keeps the trace within the budget, never below ``block``, is the one
-the next gap is drawn from. Iterations are then measured with a probability that changes over the
+default block. ``budget`` bounds it (MB per hour of the process's trace after its first
+``rlscope.step()``; 0: no bound; a process that never steps stays a full trace, unbounded): at
+most every ``BUDGET_CHECK_S``, at a window's end, the bytes written and the windows closed over
+the last ``BUDGET_SPAN_S`` or so give a window's size; with the step rate over the same span, the
+block that keeps the trace within the budget, never below ``block``, is the one the next gap is
+drawn from. Iterations are then measured with a probability that changes over the
 run, ``(window - settle) / block``, so each window counts in proportion to the block its gap was
 drawn from (``blocks`` in ``samples.json``; ``rlscope.analyze.sampled`` weights by it). The bytes
 are those on disk, which trail the events by the time-bound writes' interval (about a second), so
@@ -53,6 +54,7 @@ warm-up's end and of the last call (calls counted from 1); and the schedule it w
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import math
 import os
@@ -66,11 +68,13 @@ from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
-__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts", "budgeted_block", "BUDGET_CHECK_S"]
+__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts", "budgeted_block", "BUDGET_CHECK_S",
+           "BUDGET_SPAN_S"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
 BUDGET_CHECK_S = 0.5  # how often at most the trace's size is looked at (at a window's end)
+BUDGET_SPAN_S = 10.0  # a window's size and the step rate are measured over about this long
 
 
 @dataclasses.dataclass(frozen=True)
@@ -176,8 +180,8 @@ class SampledWindows:
         self._rng = random.Random(spec.seed)
         self._block = spec.block  # the block the next gap is drawn from
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec.window, spec.block)  # as window_starts does
-        self._began: tuple[int, int] | None = None  # (time, trace bytes) at the first step()
-        self._checked_ns = 0  # when the trace's size was last looked at
+        # (time, trace bytes or -1, windows, steps) at the first step() and at each look since
+        self._looks: collections.deque[tuple[int, int, int, int]] = collections.deque()
         self._iteration = 0  # steps seen so far
         self._state = "start"  # start [-> warm-up] -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
@@ -197,13 +201,14 @@ class SampledWindows:
         except BaseException:
             self._state = "stopped"
             self.switch.restore()
+            _hotpath.set_step_rows(True)
             raise
 
     def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
         self.calls.append([self._iteration, end_ns])
-        if self._began is None:
-            self._began = (end_ns, self._trace_bytes())
+        if not self._looks:
+            self._looks.append((end_ns, self._trace_bytes(), 0, self._iteration))
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
             self.blocks.append(self._block)
@@ -233,21 +238,32 @@ class SampledWindows:
         return self.spec.window - self.spec.settle
 
     def _within_budget(self, now_ns: int) -> int:
-        """The block for the next gap: ``budgeted_block`` from the bytes written and the
-        iterations run since the first step(), looked at most every ``BUDGET_CHECK_S``."""
-        if self.spec.budget <= 0 or now_ns - self._checked_ns < BUDGET_CHECK_S * 1e9 or self._began is None:
+        """The block for the next gap: ``budgeted_block`` from the bytes written, the windows
+        closed and the steps run since the newest earlier look at least ``BUDGET_SPAN_S`` old (or
+        the first step), looking at most every ``BUDGET_CHECK_S``. Over a span of seconds, what
+        trails the events on disk is a small part, and a slow start (compiling) no longer counts."""
+        if self.spec.budget <= 0 or not self._looks or now_ns - self._looks[-1][0] < BUDGET_CHECK_S * 1e9:
             return self._block
-        self._checked_ns = now_ns
-        began_ns, began_bytes = self._began
-        written = self._trace_bytes() - began_bytes
-        rate = (self._iteration - self.calls[0][0]) / max(now_ns - began_ns, 1) * 1e9
-        return budgeted_block(self.spec, written / len(self.windows), rate)
+        size = self._trace_bytes()
+        while len(self._looks) > 1 and now_ns - self._looks[1][0] >= BUDGET_SPAN_S * 1e9:
+            self._looks.popleft()
+        then, size_then, windows_then, steps_then = self._looks[0]
+        self._looks.append((now_ns, size, len(self.windows), self._iteration))
+        if size_then < 0 or size <= size_then or len(self.windows) <= windows_then:
+            return self._block  # nothing written yet (the first time-bound write is about a second away)
+        return budgeted_block(self.spec, (size - size_then) / (len(self.windows) - windows_then),
+                              (self._iteration - steps_then) / (now_ns - then) * 1e9)
 
     def _trace_bytes(self) -> int:
-        """What the process's trace files hold on disk now (its directory's files; XLA's dumps,
-        written at compiles, are in a directory below and not counted)."""
-        with os.scandir(self.directory) as entries:
-            return sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
+        """What the process's trace files hold on disk now (its directory's files: events, GPU
+        rows, NVML's utilisation samples; XLA's dumps, written at compiles, are in a directory
+        below and not counted), or -1 where the directory cannot be read (the budget then
+        waits for a look that can)."""
+        try:
+            with os.scandir(self.directory) as entries:
+                return sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
+        except OSError:
+            return -1
 
     def close(self, directory: Path) -> None:
         """Switch everything back on (a window open now is left out) and write the windows. A

@@ -37,7 +37,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 __all__ = ["SCHEMA_VERSION", "Kind", "Category", "ROW_FIELDS", "EVENT_SCHEMA", "EVENTS_FILE", "META_FILE",
            "SAMPLES_FILE", "XLA_DIR", "XLA_MODULE_GLOB", "XLA_COMPILES_FILE", "GPU_ROWS_FILE", "GPU_NAMES_FILE",
            "GPU_ROWS_CRC_FILE", "GPU_NAMES_CRC_FILE",
-           "GPU_CRC_RECORD", "UTILISATION_FILE", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS",
+           "GPU_CRC_RECORD", "UTILISATION_FILE", "SamplesFile", "GPU_WORK_KINDS", "LAUNCHED_KINDS", "READABLE_VERSIONS",
            "CHECKSUM_KEYS", "chunk_checksums", "ProcessMeta"]
 
 SCHEMA_VERSION = 2
@@ -181,3 +181,32 @@ class ProcessMeta(BaseModel):
         if self.end_ns is not None and self.end_ns < self.start_ns:
             raise ValueError(f"end_ns {self.end_ns} is before start_ns {self.start_ns}")
         return self
+
+
+class SamplesFile(BaseModel):
+    """``samples.json`` of a sampled process (``rlscope.collect.sampling``): its windows
+    ``[first_iteration, start_ns, end_ns, iterations]``, the block each one's gap was drawn from,
+    and ``[call, time_ns]`` of the ``rlscope.step()`` calls the estimate needs, in order."""
+
+    model_config = ConfigDict(extra="allow", strict=True)
+
+    spec: dict[str, int | None]
+    complete: bool
+    windows: list[tuple[int, Timestamp, Timestamp, Annotated[int, Field(ge=1)]]]
+    blocks: list[Annotated[int, Field(ge=1)]]
+    calls: list[tuple[Annotated[int, Field(ge=1)], Timestamp]]
+
+    @model_validator(mode="after")
+    def _consistent(self) -> SamplesFile:
+        if len(self.blocks) != len(self.windows):
+            raise ValueError(f"{len(self.blocks)} blocks for {len(self.windows)} windows")
+        if any(end <= start for _, start, end, _ in self.windows):
+            raise ValueError("a window ends before it starts")
+        numbers = [n for n, _ in self.calls]
+        if any(b <= a for a, b in zip(numbers, numbers[1:])) or any(
+                b[1] < a[1] for a, b in zip(self.calls, self.calls[1:])):
+            raise ValueError("the calls are out of order")
+        if self.windows and not self.calls:
+            raise ValueError("windows but no calls")
+        return self
+
