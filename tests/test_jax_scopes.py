@@ -351,3 +351,22 @@ def test_a_kernel_of_an_unknown_name_stays_unmatched_where_its_gap_holds_two_sco
     kernels = [name["before_fusion"], "potrf_lower_unknown_kernel", name["after_fusion"]]
     process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), kernels))
     assert process.scopes["match"].iat[1] == "unmatched" and process.scopes["scope"].iat[1] == UNMATCHED
+
+
+def test_a_kernel_of_an_unknown_name_between_two_passes_of_a_module_stays_unmatched(tmp_path: Path) -> None:
+    """The hand-written module's ENTRY instructions up to its cuBLAS call (whose kernel is named
+    after the library), a kernel of no known name (another library's, launched outside XLA), then
+    the same instructions again: the unknown kernel's neighbours lie in two passes, and though the
+    custom call is the one unnamed instruction after the first neighbour, nothing places the
+    unknown kernel there."""
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"a", "b", "c"})
+    (call,) = table.index[table["opcode"] == "custom-call"]
+    position = ModuleSites(module, {"a", "b", "c"}, set()).schedule()
+    entry = [r for r in sorted(range(len(table)), key=lambda r: position[r]) if table["computation"].iat[r] == "main"]
+    kernels = ["sm90_xmma_gemm_f32f32_tn" if r == call else table["kernel_name"].iat[r]
+               for r in entry[:entry.index(call) + 1]]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo}), [*kernels, "curand_foreign_kernel", *kernels]))
+    foreign = process.scopes.iloc[len(kernels)]
+    assert foreign["match"] == "unmatched" and foreign["scope"] == UNMATCHED

@@ -211,7 +211,8 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     no recorded kernel is named after, or of several such, the one that calls its library
     (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB). An unmatched kernel,
     named after no instruction and no library whose names are known here, is placed as a library's
-    kernel is, among all the unnamed instructions between its neighbours. Where several
+    kernel is, among all the unnamed instructions between its neighbours, but only inside one
+    pass through the module (between passes it may be another library's, launched outside XLA). Where several
     instructions fit and all have one scope (the sorts of one ``jax.random.permutation``, whose
     kernels interleave), the kernel takes that scope and all their names."""
     exact_row = np.full(len(frame), np.nan)
@@ -231,6 +232,9 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
             continue
         site = sites[int(module[i])]
         name = kernels["name"].iat[i]
+        at = site.schedule()
+        if match[i] == "unmatched" and at[int(before[i])] >= at[int(after[i])]:
+            continue  # between two passes of the module: it may be no kernel of the module's at all
         if match[i] == "ambiguous":
             fits = _between(site, site.candidates(name), int(before[i]), int(after[i]))
         else:  # of several unnamed instructions in the gap, the one calling the kernel's library, if known
