@@ -30,27 +30,32 @@ TIMINGS = ["run_seconds"]
 # threads. The test process has those of earlier tests (it segfaulted in threading._after_fork
 # under Python 3.13.5 there); the process below has none when the head starts.
 CLUSTER = """
-import sys
+import os, sys
 from ray.cluster_utils import Cluster
 
 cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2})
 cluster.add_node(num_cpus=2, num_gpus=2)
 cluster.wait_for_nodes()
-print(cluster.address, flush=True)
+with open(sys.argv[1] + ".tmp", "w") as out:
+    out.write(cluster.address)
+os.replace(sys.argv[1] + ".tmp", sys.argv[1])
 sys.stdin.read()  # until the test closes it
 cluster.shutdown()
 """
 
 
 @pytest.fixture(scope="module")
-def cluster():
+def cluster(tmp_path_factory: pytest.TempPathFactory):
     """The address of a head with 2 CPUs and a node with 2 CPUs and 2 logical GPUs."""
-    process = subprocess.Popen([sys.executable, "-c", CLUSTER], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                               text=True)
+    address = tmp_path_factory.mktemp("ray") / "address"
+    process = subprocess.Popen([sys.executable, "-c", CLUSTER, str(address)], stdin=subprocess.PIPE,
+                               stdout=subprocess.DEVNULL)
     try:
-        address = process.stdout.readline().strip()
-        assert address, f"the Ray cluster did not start (exit code {process.wait(timeout=60)})"
-        yield address
+        deadline = time.monotonic() + 180  # a loaded machine
+        while not address.exists() and process.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert address.exists(), f"the Ray cluster did not start (exit code {process.poll()})"
+        yield address.read_text()
     finally:
         ray.shutdown()
         process.stdin.close()
@@ -58,6 +63,7 @@ def cluster():
             process.wait(timeout=120)
         except subprocess.TimeoutExpired:
             process.kill()
+            process.wait()
 
 
 def through_ray(path: Path, out: Path, address: str):
