@@ -8,6 +8,8 @@ from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
 
+from rlscope.collect.sampling import SampleSpec
+
 SAMPLED = RESULTS / "sampled"
 
 
@@ -48,20 +50,30 @@ def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
     rows = []
     for mode, r in data["summary"].items():
         low, high = r["over_off_range"]
+        late = r.get("trace_mb_per_hour_late", math.nan)
         rows.append([mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]", f"{r['wall_s']:.2f}",
-                     f"{r['bytes_per_iteration']:.1f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:.0f}"])
+                     f"{r['bytes_per_iteration']:.1f}", f"{r['mb_per_hour']:,.0f}",
+                     "run too short" if math.isnan(late) else f"{late:,.0f}", f"{r['max_rss_mb']:.0f}"])
     caption = (f"{data['workload']}, {data['steps']:,} iterations, {data['rounds']} rounds, "
                f"sample {data['sample']}\n\n")
     table = markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
-                            "trace MB per hour of this loop", "peak memory (MB)"], rows)
+                            "trace MB per hour of this loop", "the same over the run's second half",
+                            "peak memory (MB)"], rows)
     full, sampled = data["summary"].get("full"), data["summary"].get("sampled")
-    if not (full and sampled and full["bytes_per_iteration"]):
-        return caption + table
     spec = dict(part.split("=") for part in data["sample"].split(","))
-    return caption + table + (
-        f"\nThe sampled run writes {sampled['bytes_per_iteration'] / full['bytes_per_iteration']:.1%} of the full "
-        f"trace's bytes per iteration; its windows hold {int(spec['window']) / int(spec['block']):.1%} of the "
-        "iterations (window / block).\n")
+    notes = []
+    if full and sampled and full["bytes_per_iteration"]:
+        notes.append(f"The sampled run writes {sampled['bytes_per_iteration'] / full['bytes_per_iteration']:.1%} of "
+                     f"the full trace's bytes per iteration; its windows hold "
+                     f"{int(spec['window']) / int(spec['block']):.1%} of the iterations (window / block).")
+    budget = int(spec.get("budget", SampleSpec.budget))
+    late = sampled.get("trace_mb_per_hour_late", math.nan) if sampled else math.nan
+    if budget and not math.isnan(late):
+        within = "within" if late <= budget else "over"
+        notes.append(f"Trace budget {budget:,} MB an hour: over their second halves the sampled runs wrote "
+                     f"{late:,.0f} MB per hour of the loop (median), {within} it; over the whole run "
+                     f"{sampled['mb_per_hour']:,.0f}, with the windows drawn before the first look at the trace's size.")
+    return caption + table + "".join(f"\n{note}\n" for note in notes)
 
 
 def _gpu_runs() -> list[dict]:
