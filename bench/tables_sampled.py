@@ -69,10 +69,9 @@ def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
     budget = int(spec.get("budget", SampleSpec.budget))
     late = sampled.get("trace_mb_per_hour_late", math.nan) if sampled else math.nan
     if budget and not math.isnan(late):
-        within = "within" if late <= budget else "over"
         notes.append(f"Trace budget {budget:,} MB an hour: over their second halves the sampled runs wrote "
-                     f"{late:,.0f} MB per hour of the loop (median), {within} it; over the whole run "
-                     f"{sampled['mb_per_hour']:,.0f}, with the windows drawn before the first look at the trace's size.")
+                     f"{late:,.0f} MB per hour of the loop (median), {late / budget:.0%} of it; over the whole run "
+                     f"{sampled['mb_per_hour']:,.0f}, the start-up and the first second's windows included.")
     return caption + table + "".join(f"\n{note}\n" for note in notes)
 
 
