@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import replace
 
 import json
+from pathlib import Path
 
 import pandas as pd
 import pytest
@@ -18,10 +19,12 @@ from tests.calibration_helpers import (
 
 
 class _Process:
-    """A process's trace as the validation reads it: meta and events only."""
+    """A process's trace as the validation reads it: meta and events, and a directory without a
+    sampled session's samples.json (a full trace)."""
 
     def __init__(self, meta: dict, events: pd.DataFrame | None = None) -> None:
         self.meta, self.events = meta, events
+        self.directory = Path("/nonexistent-trace")
 
 
 def test_window_validation_of_exact_costs_is_zero_error():
