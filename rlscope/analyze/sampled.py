@@ -28,7 +28,6 @@ from __future__ import annotations
 import dataclasses
 import math
 import warnings
-from collections.abc import Callable
 
 import numpy as np
 import pandas as pd
@@ -210,15 +209,12 @@ def step_calls(trace: ProcessTrace) -> np.ndarray:
     return np.sort(ev.loc[ev["kind"] == int(Kind.STEP), "start_ns"].to_numpy())
 
 
-def _time_of(numbers: np.ndarray, times: np.ndarray, trace: ProcessTrace) -> Callable[[int], int]:
-    """The time of call ``k`` (counted from 1), which must be among ``numbers``."""
-    def time_of(call: int) -> int:
-        i = int(np.searchsorted(numbers, call))
-        if i == len(numbers) or numbers[i] != call:
-            raise TraceError(f"{trace.directory / SAMPLES_FILE}: the time of rlscope.step() call {call} is not "
-                             "recorded; the file is damaged or from another run: profile the run again")
-        return int(times[i])
-    return time_of
+def _call_time(call_times: dict[int, int], call: int, trace: ProcessTrace) -> int:
+    """The time of ``rlscope.step()`` call ``call`` (counted from 1), which must be recorded."""
+    if call not in call_times:
+        raise TraceError(f"{trace.directory / SAMPLES_FILE}: the time of rlscope.step() call {call} is not "
+                         "recorded; the file is damaged or from another run: profile the run again")
+    return call_times[call]
 
 
 def _flags(trace: ProcessTrace, windows: list[list[int]]) -> list[str]:
@@ -289,7 +285,7 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
     x = np.array([end - start for _, start, end, _ in windows], dtype=np.float64)
     shares = y.to_numpy(dtype=np.float64) / x[:, None]
     starts = phases(shares) if find_phases else [0]
-    time_of = _time_of(numbers, times, trace)
+    call_times = dict(zip(numbers.tolist(), times.tolist()))
     flags = _flags(trace, windows)
     rows = []
     for segment, (first, stop) in enumerate(zip(starts, starts[1:] + [len(windows)])):
@@ -299,7 +295,7 @@ def analyze_sampled(trace: ProcessTrace, windows: list[list[int]] | None = None,
         # the last call
         begin = max(int(spec.get("warmup", 0)), 1) if segment == 0 else windows[first][0]
         end = windows[stop][0] if stop < len(windows) else int(numbers[-1])
-        seg_total = float(time_of(end) - time_of(begin))
+        seg_total = float(_call_time(call_times, end, trace) - _call_time(call_times, begin, trace))
         flagged = sum(bool(f) for f in flags[first:stop])
         seg_w = weights[first:stop]
         for (operation, resources), column in y.items():
