@@ -53,7 +53,7 @@ sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 MODES = ("off", "full", "sampled")
 # What sampling costs between windows, apart: a sampled session whose warm-up outlasts the run, so
-# no window ever opens (layers off, step rows recorded, CUPTI attached), and the same with no
+# no window ever opens (layers off, steps counted, CUPTI attached), and the same with no
 # time-bound writes (RLSCOPE_FLUSH_INTERVAL_S=inf: the flusher thread never wakes to write them).
 BETWEEN_MODES = ("between", "between-noflush")
 _NEVER_WARM = 2**62
@@ -200,7 +200,9 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 
 def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int,
-            modes: tuple[str, ...] = MODES) -> dict[str, Any]:
+            modes: tuple[str, ...] = MODES, out: Path | None = None) -> dict[str, Any]:
+    """Run the rounds; after each one, the record so far goes to ``out``, so a run stopped by a
+    time limit keeps the rounds it finished."""
     from run_record import gpu, host
     from sampled_validation import check
 
@@ -211,6 +213,8 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
     warmup = spec.warmup
     runs: list[dict[str, Any]] = []
     subsampled = None
+    machine = {"host": host(), "gpu": gpu()}  # asked once, not between the timed runs
+    record: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as work:
         for round_ in range(rounds):
             shift = round_ % len(modes)
@@ -231,6 +235,17 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                 runs.append(run)
                 print(f"round {round_} {mode:8s} {run['wall_s']:.2f} s {run['trace_bytes'] / 1e6:.1f} MB "
                       f"rss {run['max_rss_mb']:.0f} MB", flush=True)
+            record = summarise(runs, modes) | machine | {
+                "workload": workload, "steps": steps, "rounds": round_ + 1,
+                "sample": sample, "min_share": MIN_SHARE, "runs": runs, "subsampled": subsampled}
+            if out is not None:
+                out.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
+def summarise(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, Any]:
+    """Per mode over the rounds run: medians of time over the unprofiled run of its round, trace
+    size, memory and growth; and the shares' agreement."""
     counted = [r["iterations"] for r in runs if "iterations" in r]  # full and sampled runs count them
     iterations = statistics.median(counted) if counted else float("nan")
     summary = {}
@@ -248,10 +263,7 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                          "gpu_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 2) for r in mine),
                          "trace_mb_per_hour_late": statistics.median(growth_per_hour(r["timeline"], 3) for r in mine),
                          "dropped_records": max(r["dropped_records"] for r in mine)}
-    return {"host": host(), "gpu": gpu(), "workload": workload, "steps": steps, "iterations": iterations,
-            "rounds": rounds, "sample": sample,
-            "min_share": MIN_SHARE, "runs": runs, "summary": summary, "shares": share_agreement(runs),
-            "subsampled": subsampled}
+    return {"iterations": iterations, "summary": summary, "shares": share_agreement(runs)}
 
 
 def main() -> None:
@@ -273,7 +285,8 @@ def main() -> None:
     parser.add_argument("--out", type=Path, default=None)
     args = parser.parse_args()
     modes = tuple(dict.fromkeys(["off", *args.modes]))
-    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample, modes)
+    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample, modes,
+                     args.out)
     for mode, row in result["summary"].items():
         print(f"{mode:8s} {row['over_off']:.2f}x {row['bytes_per_iteration']:.1f} B/iteration "
               f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MB (+{row['rss_mb_per_hour']:.0f} MB/h) "
@@ -283,8 +296,6 @@ def main() -> None:
             print(f"{row['share']:>32s} full {row['full']:.3f} sampled {row['sampled']:.3f} "
                   f"±{row['half_width']:.3f} within {row['within_tolerance']}/{row['rounds']} "
                   f"covered {row['covered']}/{row['rounds']}", flush=True)
-    if args.out is not None:
-        args.out.write_text(json.dumps(result, indent=1) + "\n")
 
 
 if __name__ == "__main__":
