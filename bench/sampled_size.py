@@ -2,6 +2,7 @@
 
     python bench/sampled_size.py [--workload gym_numpy] [--steps 100000] [--rounds 3] \\
         [--sample window=20,block=1000,warmup=50] [--watch-s 1] [--out size.json]
+    python bench/sampled_size.py long --workload W --steps N [--sample ...] --out long.json
 
 One process per mode and round (``off``: unprofiled; ``full``: every layer the whole run;
 ``sampled``: ``rlscope.profile(sample=...)``; with ``--modes``, also ``between`` and
@@ -19,6 +20,9 @@ The watcher runs in the measured process (a few file reads a sample): its cost i
 mode's time alike, and the final sample, taken after the session's end, holds the last flush.
 ``full`` and ``sampled`` also give CUPTI's dropped records (``meta.json``). The record names the
 host, commit and GPU.
+
+``long``: one sampled process of minutes to hours, no other mode beside it: whether memory and
+the trace's rate stay flat (``long_record``).
 
 Shares: with ``--subsample SEEDS``, the first full trace is also sampled afterwards once per seed
 (``sampled_validation.check``): the estimator and its intervals against the very run they sample.
@@ -136,7 +140,8 @@ def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s:
 
 
 def peak_rss_mb() -> float:
-    """This process's peak resident memory: VmHWM, the high-water mark of its own address space.
+    """This process's peak resident memory in MiB (the record's ``max_rss_mb``; the timeline's
+    columns are MB of 10^6 bytes): VmHWM, the high-water mark of its own address space.
     Not getrusage's ru_maxrss, which Linux carries across exec: a run started by the bench after it
     analysed a full trace reported the bench's peak as its own."""
     for line in Path("/proc/self/status").read_text().splitlines():
@@ -234,7 +239,7 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                     subsampled = check(trace, subsample, fields)
                 runs.append(run)
                 print(f"round {round_} {mode:8s} {run['wall_s']:.2f} s {run['trace_bytes'] / 1e6:.1f} MB "
-                      f"rss {run['max_rss_mb']:.0f} MB", flush=True)
+                      f"rss {run['max_rss_mb']:.0f} MiB", flush=True)
             record = summarise(runs, modes) | machine | {
                 "workload": workload, "steps": steps, "rounds": round_ + 1,
                 "sample": sample, "min_share": MIN_SHARE, "runs": runs, "subsampled": subsampled}
@@ -266,10 +271,66 @@ def summarise(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, A
     return {"iterations": iterations, "summary": summary, "shares": share_agreement(runs)}
 
 
+def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sample: str,
+                machine: dict[str, Any]) -> dict[str, Any]:
+    """One long sampled run (``one``'s output and its trace): what it wrote and held per hour.
+    Trace rate over the whole run and, fitted, over its second half (the start-up left out);
+    resident and GPU memory once settled and at the session's end, the resident range between
+    them, and their growth fitted over the second half;
+    the windows it drew (``samples.json``) and CUPTI's dropped records."""
+    samples = [json.loads(path.read_text()) for path in trace.rglob("samples.json")]
+    main_process = max(samples, key=lambda s: s["calls"][-1][0] if s["calls"] else 0)
+    timeline = run["timeline"]
+    # Memory is read inside the session: the last sample comes after its end, which frees CUPTI's
+    # buffers. "Settled": the first sample past a tenth of the run, start-up's allocations made.
+    inside = timeline[:-1]
+    settled = next(point for point in inside if point[0] >= timeline[-1][0] / 10)
+    return machine | {
+        "workload": workload, "steps": steps, "sample": sample, "wall_s": run["wall_s"],
+        "iterations": main_process["calls"][-1][0], "windows": len(main_process["windows"]),
+        "largest_block": max(main_process["blocks"], default=0), "trace_bytes": run["trace_bytes"],
+        "trace_mb_per_hour": run["trace_bytes"] / 1e6 / run["wall_s"] * 3600,
+        "trace_mb_per_hour_late": growth_per_hour(timeline, 3),
+        "rss_mb_settled_last": [settled[1], inside[-1][1]], "rss_mb_per_hour": growth_per_hour(inside, 1),
+        "rss_mb_range_settled": [min(p[1] for p in inside if p[0] >= settled[0]),
+                                 max(p[1] for p in inside if p[0] >= settled[0])],
+        "gpu_mb_settled_last": [settled[2], inside[-1][2]], "gpu_mb_per_hour": growth_per_hour(inside, 2),
+        "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
+
+
+def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path) -> dict[str, Any]:
+    """One sampled process for as long as ``steps`` takes (minutes to hours); its trace stays
+    beside ``out`` (``out`` with ``.trace``), its timeline grows beside that as the run goes."""
+    from run_record import gpu, host
+
+    machine = {"host": host(), "gpu": gpu()}
+    trace = out.with_suffix(".trace")
+    command = [sys.executable, __file__, "one", workload, str(steps), "sampled", sample, str(trace), str(watch_s)]
+    done = subprocess.run(command, capture_output=True, text=True)
+    if done.returncode:
+        raise SystemExit(f"{workload} long run failed:\n{done.stderr[-3000:]}")
+    record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
+    out.write_text(json.dumps(record, indent=1) + "\n")
+    return record
+
+
 def main() -> None:
     if len(sys.argv) > 1 and sys.argv[1] == "one":
         _, _, workload, steps, mode, sample, trace, watch_s = sys.argv
         print(json.dumps(one(workload, int(steps), mode, sample, Path(trace), float(watch_s))), flush=True)
+        return
+    if len(sys.argv) > 1 and sys.argv[1] == "long":
+        parser = argparse.ArgumentParser(prog="sampled_size.py long", description=long_run.__doc__)
+        parser.add_argument("--workload", default="gym_numpy")
+        parser.add_argument("--steps", type=int, required=True)
+        parser.add_argument("--sample", default="window=20,block=1000,warmup=50")
+        parser.add_argument("--watch-s", type=float, default=10.0)
+        parser.add_argument("--out", type=Path, required=True)
+        args = parser.parse_args(sys.argv[2:])
+        record = long_run(args.workload, args.steps, args.sample, args.watch_s, args.out)
+        print(f"{record['wall_s']:.0f} s, {record['windows']} windows, trace {record['trace_mb_per_hour']:.0f} MB/h "
+              f"({record['trace_mb_per_hour_late']:.0f} over the second half), rss {record['rss_mb_per_hour']:+.1f} "
+              f"MB/h, dropped {record['dropped_records']}", flush=True)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="gym_numpy")

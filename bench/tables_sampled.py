@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import statistics
 from collections.abc import Callable
 
 from tables_common import RESULTS, markdown_table
@@ -58,7 +59,7 @@ def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
                f"sample {data['sample']}\n\n")
     table = markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
                             "trace MB per hour of this loop", "the same over the run's second half",
-                            "peak memory (MB)"], rows)
+                            "peak memory (MiB)"], rows)
     full, sampled = data["summary"].get("full"), data["summary"].get("sampled")
     spec = dict(part.split("=") for part in data["sample"].split(","))
     notes = []
@@ -76,60 +77,101 @@ def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
 
 
 def _gpu_runs() -> list[dict]:
-    """``bench/sampled_size.py``'s JSON of the GPU loops (``sampled/size_*_h100.json``), by loop name."""
-    return [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("size_*_h100.json"))]
+    """``bench/sampled_size.py``'s JSON of the GPU loops (``sampled/size_*_h100*.json``), in name order."""
+    return [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("size_*_h100*.json"))]
 
 
-MIN_GROWTH_S = 120.0  # a shorter run's second half still holds its start-up (imports, CUDA's context)
+def _setting(data: dict) -> str:
+    """The run's tree and trace budget: the records from before the budget existed say so."""
+    budget = data["budget_mb_per_hour"]
+    return f"{data['tree']}, " + (f"budget {budget} MB/h" if budget is not None else "no budget, before it existed")
 
 
-def _per_hour(value: float, wall_s: float) -> str:
-    """A growth per hour, or "run too short" where the runs were too short to tell one (NaN, or
-    under MIN_GROWTH_S: the fit would measure start-up)."""
-    return "run too short" if math.isnan(value) or wall_s < MIN_GROWTH_S else f"{value:+,.0f}"
+def _ratios(data: dict, mode: str) -> list[float]:
+    """Per round with both: ``mode``'s wall time over that round's unprofiled run."""
+    by_round = {(r["round"], r["mode"]): r["wall_s"] for r in data["runs"]}
+    return [by_round[(n, mode)] / by_round[(n, "off")] for n, m in by_round if m == mode and (n, "off") in by_round]
 
 
 def gpu_cost() -> str:
-    """Per GPU loop and mode: time over the unprofiled loop, trace per hour of the loop, peak
-    memory, and memory's growth per hour over the runs' second halves; CUPTI's dropped records."""
-    rows = []
+    """Per GPU record and mode: time over the unprofiled loop (median [range] over rounds), trace
+    bytes per iteration and per hour of the loop, peak memory and CUPTI's dropped records. Runs of
+    seconds: memory's growth is the long runs' table's."""
+    rows, captions = [], []
     for data in _gpu_runs():
+        captions.append(f"{data['workload']} ({_setting(data)}): {data['iterations']:,.0f} iterations, "
+                        f"{data['rounds']} rounds, sample {data['sample']}")
         for mode, r in data["summary"].items():
             low, high = r["over_off_range"]
-            rows.append([data["workload"], mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]",
-                         f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}", f"{r['max_rss_mb']:,.0f}",
-                         _per_hour(r["rss_mb_per_hour"], r["wall_s"]), _per_hour(r["gpu_mb_per_hour"], r["wall_s"]),
-                         f"{r['dropped_records']:,}"])
-    captions = "; ".join(f"{d['workload']}: {d['iterations']:,.0f} iterations, {d['rounds']} rounds, sample "
-                         f"{d['sample']}" for d in _gpu_runs())
-    return captions + "\n\n" + markdown_table(
-        ["loop", "mode", "time over unprofiled", "trace bytes per iteration", "trace MB per hour of this loop",
-         "peak memory (MB)", "memory growth (MB/h)", "GPU memory growth (MB/h)", "dropped records"], rows)
+            rows.append([data["workload"], _setting(data), mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]",
+                         f"{r['wall_s']:.1f}", f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}",
+                         f"{r['max_rss_mb']:,.0f}", f"{r['dropped_records']:,}"])
+    pooled = {}  # the same loop and setting in several records: their rounds together
+    for data in _gpu_runs():
+        if data["budget_mb_per_hour"] is not None:
+            pooled.setdefault(data["workload"], []).extend(_ratios(data, "sampled"))
+    notes = [f"{loop}, sampled within the budget, every round of the records above: median "
+             f"{statistics.median(ratios):.2f}x, range [{min(ratios):.2f}, {max(ratios):.2f}], "
+             f"{sum(r <= 1.05 for r in ratios)} of {len(ratios)} rounds at or below 1.05x"
+             for loop, ratios in sorted(pooled.items()) if len(ratios) > 3]
+    return "; ".join(captions) + "\n\n" + markdown_table(
+        ["loop", "tree, trace budget", "mode", "time over unprofiled", "seconds", "trace bytes per iteration",
+         "trace MB per hour of this loop", "peak memory (MiB)", "dropped records"], rows) + "".join(
+        f"\n{note}.\n" for note in notes)
 
 
 def gpu_shares() -> str:
-    """Per GPU loop and share of at least 5% of the iteration in the full traces: the full trace's
-    share and the sampled run's estimate (medians over rounds), how many rounds' estimates are
-    within max(0.5 points, 5% relative) of their own round's full trace and how many intervals
-    cover it; and the first full trace sampled afterwards, once per seed: coverage and within."""
+    """Per GPU record with full and sampled runs and share of at least 5% of the iteration in the
+    full traces: the full trace's share and the sampled run's estimate (medians over rounds), the
+    sampled runs' windows, how many rounds' estimates are within max(0.5 points, 5% relative) of
+    their own round's full trace and how many intervals cover it; and the first full trace
+    sampled afterwards, once per seed: coverage and within."""
     rows = []
     for data in _gpu_runs():
         after = {}
         for process in (data.get("subsampled") or {}).get("processes", []):
             for r in process["shares"]:
                 after[f"{r['operation']} / {r['resources']}"] = r
+        windows = [r["windows"] for r in data["runs"] if r["mode"] == "sampled" and "windows" in r]
         for r in data["shares"]:
+            if not r["rounds"]:
+                continue
             late = after.get(r["share"])
-            rows.append([data["workload"], r["share"], f"{r['full']:.1%}",
-                         f"{r['sampled']:.1%} ± {r['half_width']:.1%}",
+            half = "no interval" if math.isnan(r["half_width"]) else f"± {r['half_width']:.1%}"
+            rows.append([data["workload"], _setting(data), r["share"], f"{r['full']:.1%}",
+                         f"{r['sampled']:.1%} {half}", f"{statistics.median(windows):.0f}" if windows else "",
                          f"{r['within_tolerance']}/{r['rounds']}", f"{r['covered']}/{r['rounds']}",
                          f"{late['coverage']:.0%} / {late['within_tolerance']:.0%} of {late['runs']}" if late else ""])
-    return markdown_table(["loop", "operation / resources", "full trace", "sampled run (95% half-width)",
+    return markdown_table(["loop", "tree, trace budget", "operation / resources", "full trace",
+                           "sampled run (95% half-width)", "windows per sampled run",
                            "rounds within max(0.5 points, 5%)", "rounds whose interval covers it",
                            "full trace sampled afterwards: covered / within"], rows)
 
 
+def long_runs() -> str:
+    """``sampled_size.py long``'s records (``sampled/long_*.json``): per run, its length and
+    windows, the trace's rate over the whole run and over its second half against the budget,
+    resident and GPU memory once settled and at the session's end (with the resident range
+    between), and CUPTI's dropped records."""
+    rows = []
+    for path in sorted(SAMPLED.glob("long_*.json")):
+        data = json.loads(path.read_text())
+        rss_first, rss_last = data["rss_mb_settled_last"]
+        low, high = data["rss_mb_range_settled"]
+        gpu_first, gpu_last = data["gpu_mb_settled_last"]
+        gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
+        rows.append([data["workload"], data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU",
+                     data["host"]["date"], f"{data['wall_s'] / 60:.1f}", f"{data['iterations']:,}",
+                     f"{data['windows']:,}", f"{data['trace_mb_per_hour']:.0f}",
+                     f"{data['trace_mb_per_hour_late']:.0f}", f"{rss_first:,.1f} -> {rss_last:,.1f}",
+                     f"{high - low:.1f}", gpu_mb, f"{data['dropped_records']:,}"])
+    return markdown_table(["loop", "machine", "date", "minutes", "iterations", "windows",
+                           "trace MB/h, whole run", "trace MB/h, second half", "resident MB, settled -> end",
+                           "resident range after settling (MB)", "GPU MB, settled -> end", "dropped records"], rows)
+
+
 TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
+                                        "sampled_long": long_runs,
                                         "sampled_synthetic": synthetic_schedules,
                                         "sampled_synthetic_long": lambda: synthetic_schedules("synthetic_long.json"),
                                         "sampled_full_trace": full_trace_subsampled,

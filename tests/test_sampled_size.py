@@ -37,3 +37,26 @@ def test_a_share_the_sampled_run_never_saw_counts_as_missed() -> None:
             {"round": 0, "mode": "sampled", "shares": {}}]
     (row,) = sampled_size.share_agreement(runs)
     assert row["rounds"] == 1 and row["sampled"] == 0.0 and row["within_tolerance"] == 0 and row["covered"] == 0
+
+
+def test_a_long_run_s_memory_is_read_inside_the_session_and_after_start_up(tmp_path: Path) -> None:
+    import json
+
+    # 100 s: start-up fills 1000 MB in the first 5 s, then flat but for the last sample, taken after
+    # the session's end (CUPTI's buffers freed): neither may count as growth.
+    timeline = [[float(t), 1000.0 if t >= 5 else 200.0 * t, 50.0, t / 100] for t in range(1, 101)]
+    timeline.append([100.5, 900.0, 10.0, 1.0])
+    process = tmp_path / "trace" / "loop.1"
+    process.mkdir(parents=True)
+    (process / "samples.json").write_text(json.dumps(
+        {"calls": [[0, 0], [5000, 10**9]], "windows": [[1, 0, 1, 20]] * 3, "blocks": [500, 800, 900]}))
+    helper = tmp_path / "trace" / "helper.2"  # a process that never stepped: not the loop's
+    helper.mkdir()
+    (helper / "samples.json").write_text(json.dumps({"calls": [], "windows": [], "blocks": []}))
+    run = {"wall_s": 100.5, "trace_bytes": 1_000_000, "max_rss_mb": 954.0, "dropped_records": 0, "timeline": timeline}
+    record = sampled_size.long_record(run, tmp_path / "trace", "tiny", 5000, "window=20", {"host": {}, "gpu": "none"})
+    assert record["iterations"] == 5000 and record["windows"] == 3 and record["largest_block"] == 900
+    assert record["rss_mb_settled_last"] == [1000.0, 1000.0] and record["rss_mb_range_settled"] == [1000.0, 1000.0]
+    assert math.isclose(record["rss_mb_per_hour"], 0.0, abs_tol=1e-6)
+    assert record["gpu_mb_settled_last"] == [50.0, 50.0]
+    assert math.isclose(record["trace_mb_per_hour"], 1.0 / 100.5 * 3600)
