@@ -30,18 +30,26 @@ LIBRARY = "library (unattributed)"
 UNMATCHED = "unmatched"
 AMBIGUOUS = "ambiguous (reused kernel)"
 
-# Kernels of the libraries XLA calls (cuBLAS, cuBLASLt, cuDNN, CUTLASS, CUB), mangled or not:
-# sm90_xmma_gemm_..., ampere_sgemm_..., nvjet_tst_..., cutlass::Kernel2<...>, gemv2T_kernel...
+# Kernels of the libraries XLA calls (cuBLAS, cuBLASLt, cuDNN, CUTLASS, CUB, cuSOLVER), mangled or
+# not: sm90_xmma_gemm_..., ampere_sgemm_..., nvjet_tst_..., cutlass::Kernel2<...>, gemv2T_kernel...,
+# and the solvers' (seen on an H100 in MJX's step, JAX 0.11.2): cuSOLVER's potrf_cta_lower_batch,
+# cuBLAS's triangular solve, and the batch-pointer kernels XLA (stream_executor) and jaxlib launch
+# before a batched solve.
+_SOLVER_NAME = r"potrf|getrf|geqrf|syevj|syevd|gesvd|trsm|MakeBatchPointers|cusolver"
 _LIBRARY_NAME = re.compile(
     r"^(void\s+)?(sm\d+|ampere|hopper|volta|turing|maxwell|blackwell)_"
     r"|nvjet|cutlass|cublas|cudnn|xmma|cub::|_ZN3cub|DeviceRadixSort|DeviceSegmentedRadixSort"
-    r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel", re.IGNORECASE)
+    r"|gemv\w*_kernel|gemmSN\w*_kernel|gemmk1_kernel|splitKreduce_kernel|" + _SOLVER_NAME, re.IGNORECASE)
 # Which library a kernel's name says it is from, and what an instruction calling that library
 # looks like in the HLO (its opcode, custom-call target and fused root's opcode): CUB's sorts
 # behind a sort or a CUB custom call ("__cub$...", "xla.gpu.ext.cub_sort_..."); cuDNN's kernels
 # behind "__cudnn$..."; GEMM-like kernels (xmma, cutlass, nvjet, ...) behind cuBLAS
-# ("__cublas$gemm", "__cublas$lt$matmul") or cuDNN, whose convolutions run implicit-GEMM kernels too.
+# ("__cublas$gemm", "__cublas$lt$matmul") or cuDNN, whose convolutions run implicit-GEMM kernels too;
+# a solver's kernels behind a solver's call ("cusolver_potrf_ffi", "__cublas$triangularSolve", a
+# cholesky).
 _LIBRARY_FAMILIES = (
+    (re.compile(_SOLVER_NAME, re.IGNORECASE),
+     re.compile(r"cusolver|triangularSolve|cholesky|potrf|getrf|geqrf|syevd|gesvd|lu_pivots", re.IGNORECASE)),
     (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
      re.compile(r"(^|\s)sort(\s|$)|cub[$_]", re.IGNORECASE)),
     (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn", re.IGNORECASE)),
