@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import statistics
 from collections.abc import Callable
@@ -100,4 +101,41 @@ def jax_scopes_cost() -> str:
               f"span {max(scopes) - min(scopes):.2f} of the ratio, against the goal's margin of 0.05.{graphs}\n")
 
 
-TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost}
+STEP = "train_step"  # the jitted PPO's operation around its whole-step jax.jit
+NOT_PLACED = ("ambiguous", "unmatched")  # kernels no scope, library or "fused across scopes" took
+
+
+def jax_scopes_ant() -> str:
+    """brax's ant under the whole-step jit (``jax_scopes/ant_h100.csv``, ``rlscope analyze``'s
+    jax_scopes table): per scope of the step, its kernels and their time, compile-time autotuning
+    left out; then how many of the step's kernels the join placed (a scope, no scope, a library,
+    fused across scopes) and which kernels head the rows without one scope."""
+    meta = json.loads((JAX_SCOPES / "ant_h100.json").read_text())
+    rows = list(csv.DictReader((JAX_SCOPES / "ant_h100.csv").open()))
+    step = [r for r in rows if r["operation"] == STEP and r["match"] != "autotuning"]
+    by_scope: dict[str, list[float]] = {}
+    for r in step:
+        kernels_ns = by_scope.setdefault(r["scope"], [0, 0])
+        kernels_ns[0] += int(r["kernels"])
+        kernels_ns[1] += int(r["duration_ns"])
+    kernels = sum(k for k, _ in by_scope.values())
+    total_ns = sum(ns for _, ns in by_scope.values())
+    table = markdown_table(["scope", "kernels", "ms", "share of the step's kernel time"],
+                           [[scope, f"{k:,}", f"{ns / 1e6:.2f}", f"{ns / total_ns:.1%}"]
+                            for scope, (k, ns) in sorted(by_scope.items(), key=lambda item: -item[1][1])])
+    not_placed = {m: sum(int(r["kernels"]) for r in step if r["match"] == m) for m in NOT_PLACED}
+    placed = kernels - sum(not_placed.values())
+    recorded = meta["recorded"]
+    caption = (f"{recorded['device']}, JAX {recorded['jax']}, brax {recorded['brax']}, mujoco-mjx "
+               f"{recorded['mujoco-mjx']}, {recorded['date']} (the tree sent: {recorded['tree']}); `{meta['command']}`, "
+               f"analysed at {meta['analysed']['commit']}. The `{STEP}` operation's kernels, those launched while XLA "
+               f"compiled (autotuning) left out.\n\n")
+    names = [f"- {r['scope']}: {r['kernel_names']}" for r in step if r["kernel_names"]]
+    summary = (f"\nOf the step's {kernels:,} kernels, {placed / kernels:.1%} have a scope, no scope, a library or "
+               f"\"fused across scopes\"; " + ", ".join(f"{m} {n / kernels:.1%}" for m, n in not_placed.items()) +
+               ". The largest kernels of the rows without one scope:\n\n" + "\n".join(dict.fromkeys(names)) + "\n")
+    return caption + table + summary
+
+
+TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
+                                        "jax_scopes_ant": jax_scopes_ant}
