@@ -39,6 +39,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import math
 import os
 import resource
 import statistics
@@ -47,6 +48,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,13 @@ def shares(trace: Path, mode: str, warmup: int) -> dict[str, Any]:
                                                               float(row.share_high)] for row in table.itertuples()}}
 
 
+def finite_median(values: Iterable[float]) -> float:
+    """The median of the values that are numbers (NaN if none): ``statistics.median`` with a NaN
+    among them gives an answer that depends on their order."""
+    finite = [v for v in values if not math.isnan(v)]
+    return statistics.median(finite) if finite else float("nan")
+
+
 def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per share of at least MIN_SHARE in the full traces: per round, the sampled estimate against
     that round's full trace."""
@@ -197,28 +206,36 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
             continue
         within = [bool(abs(est[0] - full) <= max(0.005, 0.05 * full)) for full, est in pairs]
         covered = [bool(est[1] <= full <= est[2]) for full, est in pairs]
+        half_widths = [(e[2] - e[1]) / 2 for _, e in pairs]  # NaN where a run's windows gave no interval
         rows.append({"share": key, "rounds": len(pairs), "full": statistics.median(f for f, _ in pairs),
                      "sampled": statistics.median(e[0] for _, e in pairs),
-                     "half_width": statistics.median((e[2] - e[1]) / 2 for _, e in pairs),
+                     "half_width": finite_median(half_widths),
+                     "rounds_with_interval": sum(not math.isnan(w) for w in half_widths),
                      "within_tolerance": sum(within), "covered": sum(covered)})
     return rows
 
 
 def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float, subsample: int,
-            modes: tuple[str, ...] = MODES, out: Path | None = None) -> dict[str, Any]:
-    """Run the rounds; after each one, the record so far goes to ``out``, so a run stopped by a
-    time limit keeps the rounds it finished."""
+            modes: tuple[str, ...] = MODES, out: Path | None = None, tree: str | None = None) -> dict[str, Any]:
+    """Run the rounds (``off`` always among the modes: it is every ratio's base); after each one,
+    the record so far replaces ``out`` whole, so a run stopped by a time limit keeps the rounds it
+    finished. ``tree``: the commit of the code that ran, where the machine's git metadata may lag
+    (a lent machine is sent a working tree); else this checkout's."""
     from run_record import gpu, host
     from sampled_validation import check
+
+    from rlscope.files import write_json_atomic
 
     from rlscope.collect.flusher import ENV_FLUSH_INTERVAL
     from rlscope.collect.sampling import parse_sample
 
+    modes = tuple(dict.fromkeys(["off", *modes]))
     spec = parse_sample(sample)
     warmup = spec.warmup
     runs: list[dict[str, Any]] = []
     subsampled = None
     machine = {"host": host(), "gpu": gpu()}  # asked once, not between the timed runs
+    setting = {"tree": tree or machine["host"]["commit"], "budget_mb_per_hour": spec.budget or None}
     record: dict[str, Any] = {}
     with tempfile.TemporaryDirectory() as work:
         for round_ in range(rounds):
@@ -240,11 +257,11 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
                 runs.append(run)
                 print(f"round {round_} {mode:8s} {run['wall_s']:.2f} s {run['trace_bytes'] / 1e6:.1f} MB "
                       f"rss {run['max_rss_mb']:.0f} MiB", flush=True)
-            record = summarise(runs, modes) | machine | {
+            record = summarise(runs, modes) | machine | setting | {
                 "workload": workload, "steps": steps, "rounds": round_ + 1,
                 "sample": sample, "min_share": MIN_SHARE, "runs": runs, "subsampled": subsampled}
             if out is not None:
-                out.write_text(json.dumps(record, indent=1) + "\n")
+                write_json_atomic(out, record)
     return record
 
 
@@ -264,9 +281,9 @@ def summarise(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, A
                          "over_off_range": [min(ratios), max(ratios)], "trace_bytes": size,
                          "bytes_per_iteration": size / iterations, "mb_per_hour": size / wall * 3600 / 1e6,
                          "max_rss_mb": statistics.median(r["max_rss_mb"] for r in mine),
-                         "rss_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 1) for r in mine),
-                         "gpu_mb_per_hour": statistics.median(growth_per_hour(r["timeline"], 2) for r in mine),
-                         "trace_mb_per_hour_late": statistics.median(growth_per_hour(r["timeline"], 3) for r in mine),
+                         "rss_mb_per_hour": finite_median(growth_per_hour(r["timeline"], 1) for r in mine),
+                         "gpu_mb_per_hour": finite_median(growth_per_hour(r["timeline"], 2) for r in mine),
+                         "trace_mb_per_hour_late": finite_median(growth_per_hour(r["timeline"], 3) for r in mine),
                          "dropped_records": max(r["dropped_records"] for r in mine)}
     return {"iterations": iterations, "summary": summary, "shares": share_agreement(runs)}
 
@@ -279,12 +296,18 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
     them, and their growth fitted over the second half;
     the windows it drew (``samples.json``) and CUPTI's dropped records."""
     samples = [json.loads(path.read_text()) for path in trace.rglob("samples.json")]
-    main_process = max(samples, key=lambda s: s["calls"][-1][0] if s["calls"] else 0)
+    stepped = [s for s in samples if s["calls"]]
+    if not stepped:
+        raise SystemExit(f"{trace}: no process of the run stepped in a sampled session (no samples.json with calls)")
+    main_process = max(stepped, key=lambda s: s["calls"][-1][0])
     timeline = run["timeline"]
     # Memory is read inside the session: the last sample comes after its end, which frees CUPTI's
     # buffers. "Settled": the first sample past a tenth of the run, start-up's allocations made.
     inside = timeline[:-1]
-    settled = next(point for point in inside if point[0] >= timeline[-1][0] / 10)
+    settled = next((point for point in inside if point[0] >= timeline[-1][0] / 10), None)
+    if settled is None:
+        raise SystemExit(f"{trace}: the run ended before its memory was sampled inside the session; run it for "
+                         f"longer than a few --watch-s")
     return machine | {
         "workload": workload, "steps": steps, "sample": sample, "wall_s": run["wall_s"],
         "iterations": main_process["calls"][-1][0], "windows": len(main_process["windows"]),
@@ -298,19 +321,27 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
         "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
 
 
-def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path) -> dict[str, Any]:
+def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, tree: str | None,
+             args: list[str]) -> dict[str, Any]:
     """One sampled process for as long as ``steps`` takes (minutes to hours); its trace stays
-    beside ``out`` (``out`` with ``.trace``), its timeline grows beside that as the run goes."""
+    beside ``out`` (``out`` with ``.trace``), its timeline grows beside that as the run goes.
+    ``args``: the command line, kept in the record."""
     from run_record import gpu, host
+
+    from rlscope.files import write_json_atomic
 
     machine = {"host": host(), "gpu": gpu()}
     trace = out.with_suffix(".trace")
+    if trace.exists():
+        raise SystemExit(f"{trace} exists: a long run's trace and timeline must be its own; remove it or choose "
+                         f"another --out")
     command = [sys.executable, __file__, "one", workload, str(steps), "sampled", sample, str(trace), str(watch_s)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
         raise SystemExit(f"{workload} long run failed:\n{done.stderr[-3000:]}")
     record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
-    out.write_text(json.dumps(record, indent=1) + "\n")
+    record |= {"tree": tree or machine["host"]["commit"], "command": " ".join(["python bench/sampled_size.py", *args])}
+    write_json_atomic(out, record)
     return record
 
 
@@ -326,8 +357,9 @@ def main() -> None:
         parser.add_argument("--sample", default="window=20,block=1000,warmup=50")
         parser.add_argument("--watch-s", type=float, default=10.0)
         parser.add_argument("--out", type=Path, required=True)
+        parser.add_argument("--tree", default=None, help="the commit that ran, where the machine's git metadata lags")
         args = parser.parse_args(sys.argv[2:])
-        record = long_run(args.workload, args.steps, args.sample, args.watch_s, args.out)
+        record = long_run(args.workload, args.steps, args.sample, args.watch_s, args.out, args.tree, sys.argv[1:])
         print(f"{record['wall_s']:.0f} s, {record['windows']} windows, trace {record['trace_mb_per_hour']:.0f} MB/h "
               f"({record['trace_mb_per_hour_late']:.0f} over the second half), rss {record['rss_mb_per_hour']:+.1f} "
               f"MB/h, dropped {record['dropped_records']}", flush=True)
@@ -344,13 +376,15 @@ def main() -> None:
                         help="off is always run (the ratios' base); between, between-noflush: the cost between "
                              "windows apart")
     parser.add_argument("--out", type=Path, default=None)
+    parser.add_argument("--tree", default=None, help="the commit that ran, where the machine's git metadata lags")
     args = parser.parse_args()
-    modes = tuple(dict.fromkeys(["off", *args.modes]))
-    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample, modes,
-                     args.out)
+    if args.rounds < 1:
+        parser.error(f"--rounds {args.rounds}: at least one round")
+    result = compare(args.workload, args.steps, args.rounds, args.sample, args.watch_s, args.subsample,
+                     tuple(args.modes), args.out, args.tree)
     for mode, row in result["summary"].items():
         print(f"{mode:8s} {row['over_off']:.2f}x {row['bytes_per_iteration']:.1f} B/iteration "
-              f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MB (+{row['rss_mb_per_hour']:.0f} MB/h) "
+              f"{row['mb_per_hour']:.0f} MB/h rss {row['max_rss_mb']:.0f} MiB (+{row['rss_mb_per_hour']:.0f} MB/h) "
               f"dropped {row['dropped_records']}", flush=True)
     for row in result["shares"]:
         if row["rounds"]:

@@ -82,9 +82,12 @@ def _gpu_runs() -> list[dict]:
 
 
 def _setting(data: dict) -> str:
-    """The run's tree and trace budget: the records from before the budget existed say so."""
+    """The code that ran, the trace budget and the rounds. ``compare`` records the first two; the
+    records written before it did (082adc9 and ef4ae9f, both sent to a lent machine whose git
+    metadata lagged) had them added from the session's notes. Those at 082adc9 predate the budget."""
     budget = data["budget_mb_per_hour"]
-    return f"{data['tree']}, " + (f"budget {budget} MB/h" if budget is not None else "no budget, before it existed")
+    return (f"{data['tree']}, " + (f"budget {budget} MB/h" if budget is not None else "no budget, before it existed")
+            + f", {data['rounds']} rounds")
 
 
 def _ratios(data: dict, mode: str) -> list[float]:
@@ -98,16 +101,19 @@ def gpu_cost() -> str:
     bytes per iteration and per hour of the loop, peak memory and CUPTI's dropped records. Runs of
     seconds: memory's growth is the long runs' table's."""
     rows, captions = [], []
-    for data in _gpu_runs():
+    records = _gpu_runs()
+    for data in records:
         captions.append(f"{data['workload']} ({_setting(data)}): {data['iterations']:,.0f} iterations, "
                         f"{data['rounds']} rounds, sample {data['sample']}")
         for mode, r in data["summary"].items():
             low, high = r["over_off_range"]
+            seconds = [run["wall_s"] for run in data["runs"] if run["mode"] == mode]
             rows.append([data["workload"], _setting(data), mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]",
-                         f"{r['wall_s']:.1f}", f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}",
+                         f"{r['wall_s']:.1f} [{min(seconds):.1f}, {max(seconds):.1f}]",
+                         f"{r['bytes_per_iteration']:,.0f}", f"{r['mb_per_hour']:,.0f}",
                          f"{r['max_rss_mb']:,.0f}", f"{r['dropped_records']:,}"])
     pooled = {}  # the same loop and setting in several records: their rounds together
-    for data in _gpu_runs():
+    for data in records:
         if data["budget_mb_per_hour"] is not None:
             pooled.setdefault(data["workload"], []).extend(_ratios(data, "sampled"))
     notes = [f"{loop}, sampled within the budget, every round of the records above: median "
@@ -115,7 +121,8 @@ def gpu_cost() -> str:
              f"{sum(r <= 1.05 for r in ratios)} of {len(ratios)} rounds at or below 1.05x"
              for loop, ratios in sorted(pooled.items()) if len(ratios) > 3]
     return "; ".join(captions) + "\n\n" + markdown_table(
-        ["loop", "tree, trace budget", "mode", "time over unprofiled", "seconds", "trace bytes per iteration",
+        ["loop", "tree, trace budget, rounds", "mode", "time over unprofiled", "seconds [range]",
+         "trace bytes per iteration",
          "trace MB per hour of this loop", "peak memory (MiB)", "dropped records"], rows) + "".join(
         f"\n{note}.\n" for note in notes)
 
@@ -137,12 +144,14 @@ def gpu_shares() -> str:
             if not r["rounds"]:
                 continue
             late = after.get(r["share"])
-            half = "no interval" if math.isnan(r["half_width"]) else f"± {r['half_width']:.1%}"
+            with_interval = r.get("rounds_with_interval", r["rounds"])
+            half = "no interval" if math.isnan(r["half_width"]) else f"± {r['half_width']:.1%}" + (
+                f" ({with_interval} of {r['rounds']} rounds had one)" if with_interval < r["rounds"] else "")
             rows.append([data["workload"], _setting(data), r["share"], f"{r['full']:.1%}",
                          f"{r['sampled']:.1%} {half}", f"{statistics.median(windows):.0f}" if windows else "",
                          f"{r['within_tolerance']}/{r['rounds']}", f"{r['covered']}/{r['rounds']}",
                          f"{late['coverage']:.0%} / {late['within_tolerance']:.0%} of {late['runs']}" if late else ""])
-    return markdown_table(["loop", "tree, trace budget", "operation / resources", "full trace",
+    return markdown_table(["loop", "tree, trace budget, rounds", "operation / resources", "full trace",
                            "sampled run (95% half-width)", "windows per sampled run",
                            "rounds within max(0.5 points, 5%)", "rounds whose interval covers it",
                            "full trace sampled afterwards: covered / within"], rows)
@@ -161,13 +170,15 @@ def long_runs() -> str:
         gpu_first, gpu_last = data["gpu_mb_settled_last"]
         gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
         rows.append([data["workload"], data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU",
-                     data["host"]["date"], f"{data['wall_s'] / 60:.1f}", f"{data['iterations']:,}",
+                     f"{data['host']['date']}, {data['tree']}", data["sample"], f"{data['wall_s'] / 60:.1f}",
+                     f"{data['iterations']:,}",
                      f"{data['windows']:,}", f"{data['trace_mb_per_hour']:.0f}",
                      f"{data['trace_mb_per_hour_late']:.0f}", f"{rss_first:,.1f} -> {rss_last:,.1f}",
-                     f"{high - low:.1f}", gpu_mb, f"{data['dropped_records']:,}"])
-    return markdown_table(["loop", "machine", "date", "minutes", "iterations", "windows",
+                     f"{high - low:.1f}", f"{data['rss_mb_per_hour']:+,.0f}", gpu_mb, f"{data['dropped_records']:,}"])
+    return markdown_table(["loop", "machine", "date, tree", "sample", "minutes", "iterations", "windows",
                            "trace MB/h, whole run", "trace MB/h, second half", "resident MB, settled -> end",
-                           "resident range after settling (MB)", "GPU MB, settled -> end", "dropped records"], rows)
+                           "resident range after settling (MB)", "resident growth fitted over the second half (MB/h)",
+                           "GPU MB, settled -> end", "dropped records"], rows)
 
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,

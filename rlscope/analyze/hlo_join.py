@@ -46,10 +46,10 @@ _LIBRARY_NAME = re.compile(
 # behind "__cudnn$..."; GEMM-like kernels (xmma, cutlass, nvjet, ...) behind cuBLAS
 # ("__cublas$gemm", "__cublas$lt$matmul") or cuDNN, whose convolutions run implicit-GEMM kernels too;
 # a solver's kernels behind a solver's call ("cusolver_potrf_ffi", "__cublas$triangularSolve", a
-# cholesky).
+# triangular-solve or cholesky instruction). Solvers first: cuBLAS's trsm kernels also name cublas.
 _LIBRARY_FAMILIES = (
     (re.compile(_SOLVER_NAME, re.IGNORECASE),
-     re.compile(r"cusolver|triangularSolve|cholesky|potrf|getrf|geqrf|syevd|gesvd|lu_pivots", re.IGNORECASE)),
+     re.compile(r"cusolver|triangular.?solve|cholesky|potrf|getrf|geqrf|syevd|gesvd", re.IGNORECASE)),
     (re.compile(r"cub::|_ZN3cub|DeviceRadixSort|DeviceSegmented|DeviceScan|DeviceReduce", re.IGNORECASE),
      re.compile(r"(^|\s)sort(\s|$)|cub[$_]", re.IGNORECASE)),
     (re.compile(r"cudnn", re.IGNORECASE), re.compile(r"cudnn", re.IGNORECASE)),
@@ -139,7 +139,7 @@ class ModuleSites:
 
     def unnamed_rows(self) -> list[int]:
         """Rows no recorded kernel is named after (by the instruction or its fused root): where
-        kernels named after a library (cuBLAS, CUB) come from."""
+        kernels named after a library (cuBLAS, CUB, cuSOLVER) come from."""
         if not hasattr(self, "_unnamed"):
             names = zip(self.table["kernel_name"], self.table["root"])
             self._unnamed = [row for row, (kernel, root) in enumerate(names)
@@ -147,9 +147,9 @@ class ModuleSites:
         return self._unnamed
 
     def library_callers(self, kernel: str, rows: list[int]) -> list[int]:
-        """Those of ``rows`` that call the library a kernel named ``kernel`` is from (a CUB kernel:
-        a sort or a CUB custom call; cuDNN's: a cuDNN call; a GEMM-like one: a cuBLAS or cuDNN
-        call); all of ``rows`` for a kernel no family names."""
+        """Those of ``rows`` that call the library a kernel named ``kernel`` is from (a solver's
+        kernel: a solver call; a CUB kernel: a sort or a CUB custom call; cuDNN's: a cuDNN call; a
+        GEMM-like one: a cuBLAS or cuDNN call); all of ``rows`` for a kernel no family names."""
         if not hasattr(self, "_callers"):
             sites = {inst.name: inst for inst in self.module.launch_sites()}
             self._callers = {}

@@ -207,7 +207,7 @@ def _by_order(frame: pd.DataFrame, kernels: pd.DataFrame, pick: np.ndarray, site
     runs its instructions in schedule order (``ModuleSites.schedule``), so the instruction that
     launched a kernel lies between those of the kernels launched just before and just after it.
     An ambiguous name (fusions of different scopes sharing one kernel) takes the one of its
-    fusions placed there; a library's kernel (cuBLAS, CUB) the one instruction placed there that
+    fusions placed there; a library's kernel (cuBLAS, CUB, cuSOLVER) the one instruction placed there that
     no recorded kernel is named after, or of several such, the one that calls its library
     (``ModuleSites.library_callers``: a custom call, a sort XLA hands to CUB). An unmatched kernel,
     named after no instruction and no library whose names are known here, is placed as a library's
