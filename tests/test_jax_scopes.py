@@ -251,6 +251,58 @@ def test_a_library_kernel_takes_the_one_instruction_between_its_neighbours_witho
     assert library["scope"] == "update"  # the custom call's op_name: jit(step)/update/dot_general
 
 
+_OTHER_MODULE = """HloModule jit_other, is_scheduled=true
+
+%f1 (p: f32[4]) -> f32[4] {
+  %p = f32[4]{0} parameter(0)
+  ROOT %s = f32[4]{0} sine(%p), metadata={op_name="jit(other)/sin"}
+}
+
+%f2 (p.1: f32[4]) -> f32[4] {
+  %p.1 = f32[4]{0} parameter(0)
+  ROOT %t = f32[4]{0} tanh(%p.1), metadata={op_name="jit(other)/tanh"}
+}
+
+ENTRY %main (x: f32[4]) -> f32[4] {
+  %x = f32[4]{0} parameter(0)
+  %other_only = f32[4]{0} fusion(%x), kind=kLoop, calls=%f1
+  ROOT %twin_fusion.2 = f32[4]{0} fusion(%other_only), kind=kLoop, calls=%f2
+}
+"""
+
+
+def test_a_name_another_module_recorded_does_not_say_this_module_s_fusion_made_its_own_kernel(
+        tmp_path: Path) -> None:
+    """The hand-written step, its twin fusions (identical bodies, scopes rollout/inference and
+    update) scheduled apart, both run under the first twin's kernel, while another module, run
+    just before, records a kernel of the second twin's name (its own fusion of that name). The
+    second launch of the first twin's kernel is the second twin's: the other module's record
+    must not make the step's second twin count as a fusion that made its own kernel (as in MJX's
+    solver loop on an H100)."""
+    nested = "  %nested_fusion = f32[8]{0} fusion(%x.1), kind=kLoop, calls=%outer_fused, " \
+             "metadata={op_name=\"jit(step)/update/jvp(fwd)/abs\"}\n"
+    twin = "  %twin_fusion.1 = f32[8]{0} fusion(%x.1), kind=kLoop, calls=%twin_a\n"
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    assert nested in hlo and twin in hlo
+    hlo = hlo.replace(nested, "").replace(twin, twin + nested)  # the twins apart: nested_fusion between
+    module = parse_hlo(hlo)
+    table = instruction_scopes(module, {"a", "b", "c"})
+    position = ModuleSites(module, {"a", "b", "c"}, set()).schedule()
+    rows = sorted(range(len(table)), key=lambda r: position[r])
+    (twin,) = table.index[table["instruction"] == "twin_fusion.2"]
+    (call,) = table.index[table["opcode"] == "custom-call"]
+    step = ["twin_fusion_1" if r == twin else "sm90_xmma_gemm_f32f32_tn" if r == call else table["kernel_name"].iat[r]
+            for r in rows]
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo, "jit_other": _OTHER_MODULE}),
+                                 ["other_only", "twin_fusion_2", *step]))
+    scopes = process.scopes.sort_index()
+    assert list(scopes["module"].iloc[:2]) == ["jit_other"] * 2
+    second = scopes.iloc[2 + rows.index(twin)]
+    assert second["instruction"] == "twin_fusion.2" and second["scope"] == "update" and second["match"] == "order"
+    first = scopes.iloc[2 + rows.index(table.index[table["instruction"] == "twin_fusion.1"][0])]
+    assert first["instruction"] == "twin_fusion.1" and first["scope"] != "update"
+
+
 _POTRF = "_Z21potrf_cta_lower_batchIffLi16EEviiiPPT_mPi"  # cuSOLVER's, in MJX's step on an H100
 
 

@@ -159,6 +159,13 @@ def _by_nvtx(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> tuple
     return out_module, out_inst, out_path
 
 
+def _recorded_per_module(names: np.ndarray, pick: np.ndarray, modules: int) -> list[set[str]]:
+    """Per module, the kernel names recorded in its runs (``pick``: each kernel's module, -1 where
+    none or several could be told apart; those names count for every module)."""
+    undecided = set(names[pick < 0])
+    return [set(names[pick == i]) | undecided for i in range(modules)]
+
+
 def _by_name(kernels: pd.DataFrame, modules: list[DumpedModule],
              sites: list[ModuleSites]) -> tuple[pd.DataFrame, np.ndarray]:
     """Module, instruction, scope and match of each kernel from its name (the default mode), and
@@ -295,6 +302,14 @@ def kernel_scopes(process: ProcessTrace, nvtx: bool = True) -> pd.DataFrame | No
     kernels = kernels.assign(name=kernels["name"].astype(str))
     sites = [ModuleSites(m.module, names, set(kernels["name"])) for m in modules]
     frame, pick = _by_name(kernels, modules, sites)
+    # Which fusions made their own kernel is told by the names recorded in their own module's runs:
+    # a name another module recorded says nothing of this one (in MJX's step on an H100, the solver
+    # loop's loop_add_fusion.2 ran under a twin's kernel while a small jit recorded its own
+    # loop_add_fusion_2). A kernel whose module the join could not tell counts for every module.
+    recorded = _recorded_per_module(kernels["name"].to_numpy(), pick, len(modules))
+    if any(own != set(kernels["name"]) for own in recorded):
+        sites = [ModuleSites(m.module, names, own) for m, own in zip(modules, recorded)]
+        frame, pick = _by_name(kernels, modules, sites)
     _by_order(frame, kernels, pick, sites)
 
     api = ev[kind == int(Kind.CUDA_API)].drop_duplicates("correlation")
