@@ -136,7 +136,23 @@ def jax_scopes_ant() -> str:
                f"{by_scope.get('fused across scopes', [0])[0] / kernels:.1%}); the rest: "
                + ", ".join(f"{m} {n / kernels:.1%}" for m, n in not_placed.items()) +
                ". The largest kernels of the rows without one scope:\n\n" + "\n".join(dict.fromkeys(names)) + "\n")
-    return caption + table + summary
+    return caption + table + summary + _ant_precise()
+
+
+def _ant_precise() -> str:
+    """``jax_scopes/ant_precise_h100.json``: a precise-mode trace of ant, its timed kernels joined
+    by XLA's ranges and by name alone (``bench/jax_scopes.py`` ``one_trace``): how many kernels
+    and how much time get the same scope, and each scope's share both ways."""
+    data = json.loads((JAX_SCOPES / "ant_precise_h100.json").read_text())
+    rows = [[scope, f"{r['precise']:.1%}", f"{r['default']:.1%}", _difference(r["relative_difference"]),
+             "yes" if r["goal_applies"] else "no"]
+            for scope, r in sorted(data["shares"].items(), key=lambda item: -item[1]["precise"])]
+    recorded = data["recorded"]
+    return (f"\nA precise-mode trace of the same workload, another process (`{data['command']}`; {recorded['date']}, the tree sent: "
+            f"{recorded['tree']}): of its timed iterations' {data['kernels']:,} kernels, the name join gives "
+            f"{data['kernels_same_scope']:.2%} (and {data['time_same_scope']:.2%} of their time) the scope XLA's "
+            f"ranges give.\n\n" + markdown_table(
+                ["scope", "by XLA's ranges", "by name", "vs ranges", "share >= 5%"], rows))
 
 
 TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
