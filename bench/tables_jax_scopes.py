@@ -140,19 +140,26 @@ def jax_scopes_ant() -> str:
 
 
 def _ant_precise() -> str:
-    """``jax_scopes/ant_precise_h100.json``: a precise-mode trace of ant, its timed kernels joined
-    by XLA's ranges and by name alone (``bench/jax_scopes.py`` ``one_trace``): how many kernels
-    and how much time get the same scope, and each scope's share both ways."""
-    data = json.loads((JAX_SCOPES / "ant_precise_h100.json").read_text())
-    rows = [[scope, f"{r['precise']:.1%}", f"{r['default']:.1%}", _difference(r["relative_difference"]),
-             "yes" if r["goal_applies"] else "no"]
-            for scope, r in sorted(data["shares"].items(), key=lambda item: -item[1]["precise"])]
-    recorded = data["recorded"]
-    return (f"\nA precise-mode trace of the same workload, another process (`{data['command']}`; {recorded['date']}, the tree sent: "
-            f"{recorded['tree']}): of its timed iterations' {data['kernels']:,} kernels, the name join gives "
-            f"{data['kernels_same_scope']:.2%} (and {data['time_same_scope']:.2%} of their time) the scope XLA's "
-            f"ranges give.\n\n" + markdown_table(
-                ["scope", "by XLA's ranges", "by name", "vs ranges", "share >= 5%"], rows))
+    """``jax_scopes/ant_modes_h100.json`` (``bench/jax_scopes.py --traces``): a default-mode and a
+    precise-mode trace of ant, each its own process. The precise trace joined by name against its
+    own ranges (same kernels, same durations: the join alone), and each scope's share in the two
+    runs (the modes as users run them: the durations differ too)."""
+    data = json.loads((JAX_SCOPES / "ant_modes_h100.json").read_text())
+    one, both = data["attribution"]["one_trace"], data["attribution"]["shares"]
+    rows = [[scope, f"{one['shares'].get(scope, {}).get('precise', 0.0):.1%}",
+             f"{one['shares'].get(scope, {}).get('default', 0.0):.1%}",
+             _difference(one["shares"].get(scope, {}).get("relative_difference")),
+             f"{r['default']:.1%}", _difference(r["relative_difference"]), "yes" if r["goal_applies"] else "no"]
+            for scope, r in sorted(both.items(), key=lambda item: -item[1]["precise"])]
+    traces = data["traces"]
+    machines = {r["mode"]: r["machine"] for r in data["recorded"]}
+    return (f"\nThe same workload in the precise mode, another process (`{traces['precise']['command']}`; "
+            f"{traces['precise']['date']}, the tree sent: {traces['precise']['tree']}; machine {machines['precise']}, "
+            f"the default-mode run's {machines['default']}; compared by `{data['command']}`). Of the precise run's "
+            f"{one['kernels']:,} timed kernels, the name join gives {one['kernels_same_scope']:.2%} (and "
+            f"{one['time_same_scope']:.2%} of their time) the scope XLA's ranges give.\n\n" + markdown_table(
+                ["scope", "precise run: by XLA's ranges", "precise run: by name", "vs ranges",
+                 "default-mode run", "vs precise run", "share >= 5%"], rows))
 
 
 TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
