@@ -89,13 +89,17 @@ def kernel_tables(trace: Path, both: bool = False) -> tuple[dict[str, Any], list
     """The trace's meta, and the kernels of the timed iterations with their scope and match (None:
     no kernels) joined as the trace's mode joins them; with ``both``, also joined by name alone
     (a precise-mode trace as the default mode would join it), from the one reading of the trace."""
-    # The process the workload ran in: of those with XLA's dump, the one with the most events. A
-    # run may leave others (brax's ant leaves a `python -c` helper, traced with one event).
-    jitted = [p for p in read_trace(trace) if (p.directory / XLA_DIR).is_dir()]
+    process = workload_process(trace, read_trace(trace))
+    return process.meta, [_timed_kernels(attribute_gpu(process, nvtx)) for nvtx in ((True, False) if both else (True,))]
+
+
+def workload_process(trace: Path, processes: list[Any]) -> Any:
+    """The process the workload ran in: of those with XLA's dump, the one with the most events. A
+    run may leave others (brax's ant leaves a ``python -c`` helper with a dump and one event)."""
+    jitted = [p for p in processes if (p.directory / XLA_DIR).is_dir()]
     if not jitted:
         raise SystemExit(f"{trace}: no process has XLA's dump ({XLA_DIR}/): not a --jax-scopes trace")
-    process = max(jitted, key=lambda p: len(p.events))
-    return process.meta, [_timed_kernels(attribute_gpu(process, nvtx)) for nvtx in ((True, False) if both else (True,))]
+    return max(jitted, key=lambda p: len(p.events))
 
 
 def _timed_kernels(process: Any) -> Any:

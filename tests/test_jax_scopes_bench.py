@@ -31,3 +31,21 @@ def test_shares_are_averaged_over_rounds_and_compared_with_the_precise_mode() ->
 def test_a_scope_the_precise_mode_never_saw_has_no_relative_difference() -> None:
     summary = bench.shares_over_rounds([{"scopes": {"library (unattributed)": 0.2}, "precise": {"update": 1.0}}])
     assert summary["scopes"]["library (unattributed)"]["scopes_relative_difference"] is None
+
+
+def test_the_workload_is_the_process_with_xla_s_dump_and_the_most_events(tmp_path: Path) -> None:
+    import types
+
+    import pytest
+
+    from rlscope.trace.schema import XLA_DIR
+
+    def process(name: str, events: int, dump: bool) -> types.SimpleNamespace:
+        directory = tmp_path / name
+        (directory / XLA_DIR if dump else directory).mkdir(parents=True)
+        return types.SimpleNamespace(directory=directory, events=[0] * events)
+
+    launcher, helper, workload = process("launcher.1", 900, False), process("python.2", 1, True), process("ppo.3", 50, True)
+    assert bench.workload_process(tmp_path, [launcher, helper, workload]) is workload
+    with pytest.raises(SystemExit, match="not a --jax-scopes trace"):
+        bench.workload_process(tmp_path, [launcher])
