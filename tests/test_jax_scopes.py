@@ -251,23 +251,32 @@ def test_a_library_kernel_takes_the_one_instruction_between_its_neighbours_witho
     assert library["scope"] == "update"  # the custom call's op_name: jit(step)/update/dot_general
 
 
-_OTHER_MODULE = """HloModule jit_other, is_scheduled=true
+def _other_module(middle: str) -> str:
+    """A small module whose run is three kernels, the middle one named like the hand-written
+    step's fusion ``middle`` (a fusion of its own, of another body)."""
+    return f"""HloModule jit_other, is_scheduled=true
 
-%f1 (p: f32[4]) -> f32[4] {
-  %p = f32[4]{0} parameter(0)
-  ROOT %s = f32[4]{0} sine(%p), metadata={op_name="jit(other)/sin"}
-}
+%f1 (p: f32[4]) -> f32[4] {{
+  %p = f32[4]{{0}} parameter(0)
+  ROOT %s = f32[4]{{0}} sine(%p), metadata={{op_name="jit(other)/sin"}}
+}}
 
-%f2 (p.1: f32[4]) -> f32[4] {
-  %p.1 = f32[4]{0} parameter(0)
-  ROOT %t = f32[4]{0} tanh(%p.1), metadata={op_name="jit(other)/tanh"}
-}
+%f2 (p.1: f32[4]) -> f32[4] {{
+  %p.1 = f32[4]{{0}} parameter(0)
+  ROOT %t = f32[4]{{0}} tanh(%p.1), metadata={{op_name="jit(other)/tanh"}}
+}}
 
-ENTRY %main (x: f32[4]) -> f32[4] {
-  %x = f32[4]{0} parameter(0)
-  %other_only = f32[4]{0} fusion(%x), kind=kLoop, calls=%f1
-  ROOT %twin_fusion.2 = f32[4]{0} fusion(%other_only), kind=kLoop, calls=%f2
-}
+%f3 (p.2: f32[4]) -> f32[4] {{
+  %p.2 = f32[4]{{0}} parameter(0)
+  ROOT %l = f32[4]{{0}} log(%p.2), metadata={{op_name="jit(other)/log"}}
+}}
+
+ENTRY %main (x: f32[4]) -> f32[4] {{
+  %x = f32[4]{{0}} parameter(0)
+  %other_first = f32[4]{{0}} fusion(%x), kind=kLoop, calls=%f1
+  %{middle} = f32[4]{{0}} fusion(%other_first), kind=kLoop, calls=%f2
+  ROOT %other_last = f32[4]{{0}} fusion(%{middle}), kind=kLoop, calls=%f3
+}}
 """
 
 
@@ -293,14 +302,27 @@ def test_a_name_another_module_recorded_does_not_say_this_module_s_fusion_made_i
     (call,) = table.index[table["opcode"] == "custom-call"]
     step = ["twin_fusion_1" if r == twin else "sm90_xmma_gemm_f32f32_tn" if r == call else table["kernel_name"].iat[r]
             for r in rows]
-    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo, "jit_other": _OTHER_MODULE}),
-                                 ["other_only", "twin_fusion_2", *step]))
+    process = join_scopes(_trace(_dump(tmp_path, {module.name: hlo, "jit_other": _other_module("twin_fusion.2")}),
+                                 ["other_first", "twin_fusion_2", "other_last", *step]))
     scopes = process.scopes.sort_index()
-    assert list(scopes["module"].iloc[:2]) == ["jit_other"] * 2
-    second = scopes.iloc[2 + rows.index(twin)]
+    assert list(scopes["module"].iloc[:3]) == ["jit_other"] * 3
+    second = scopes.iloc[3 + rows.index(twin)]
     assert second["instruction"] == "twin_fusion.2" and second["scope"] == "update" and second["match"] == "order"
-    first = scopes.iloc[2 + rows.index(table.index[table["instruction"] == "twin_fusion.1"][0])]
+    first = scopes.iloc[3 + rows.index(table.index[table["instruction"] == "twin_fusion.1"][0])]
     assert first["instruction"] == "twin_fusion.1" and first["scope"] != "update"
+
+
+def test_a_name_at_the_border_of_two_modules_runs_keeps_both_modules_fusions_exact(tmp_path: Path) -> None:
+    """The other module ends its run with a kernel named like the step's first twin, and the
+    step's run begins with that twin's own kernel: which module launched each of the two is not
+    beyond doubt (each lies between a kernel of either module), so the name counts as recorded in
+    both, and the step's second twin, whose own kernel was recorded, stays an exact match."""
+    hlo = (REPO / "tests/data/hlo/hand_written.hlo").read_text()
+    kernels = ["other_first", "other_last", "twin_fusion_1", "twin_fusion_1", "twin_fusion_2", "mixed_fusion"]
+    process = join_scopes(_trace(_dump(tmp_path, {"jit_step": hlo, "jit_other": _other_module("twin_fusion.1")}),
+                                 kernels))
+    step_twin = process.scopes.sort_index().iloc[4]
+    assert step_twin["instruction"] == "twin_fusion.2" and step_twin["match"] == "exact"
 
 
 _POTRF = "_Z21potrf_cta_lower_batchIffLi16EEviiiPPT_mPi"  # cuSOLVER's, in MJX's step on an H100

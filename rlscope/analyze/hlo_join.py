@@ -68,31 +68,37 @@ def unknown_kernel(name: str) -> tuple[str, str, str, str]:
 class ModuleSites:
     """The module's kernel-launching instructions, indexed the ways a kernel name can point at them.
 
-    ``recorded``: the kernel names recorded, which tells a fusion that made its own kernel from
-    one that may run under another's name."""
+    ``recorded``: the kernel names recorded in this module's runs, which tells a fusion that made
+    its own kernel from one that may run under another's name (``set_recorded`` replaces them)."""
 
     def __init__(self, module: HloModule, names: Iterable[str], recorded: set[str]):
         self.module = module
-        self.recorded = recorded
         self.table = instruction_scopes(module, names)
         memo: dict[str, str] = {}
         prints = [fingerprint(module, c, memo) if c else "" for c in self.table["fused_computation"]]
         self.by_name: dict[str, list[int]] = defaultdict(list)
-        self.reusers: dict[int, set[int]] = defaultdict(set)
-        by_print: dict[str, list[int]] = defaultdict(list)
+        self._by_print: dict[str, list[int]] = defaultdict(list)
         for row, (kernel, fp) in enumerate(zip(self.table["kernel_name"], prints)):
             self.by_name[kernel].append(row)
             if fp:
-                by_print[fp].append(row)
+                self._by_print[fp].append(row)
         # Some emitters name the kernel after the fused body's root, not the fusion: a sort's
         # kernels are named after the sort instruction (``sort.0.1`` -> sort_0_1), seen on an H100.
         for row, (inst, root) in enumerate(zip(self.table["instruction"], self.table["root"])):
             if root != inst and kernel_name(root) not in self.by_name:
                 self.by_name[kernel_name(root)].append(row)
-        # A fusion whose own kernel name was recorded made its own kernel; any other fusion with the
-        # same fused computation (or naming it in its deduplicated_name) may run under a first one's.
+        self.set_recorded(recorded)
+
+    def set_recorded(self, recorded: set[str]) -> None:
+        """Link each fusion to those that may run under its kernel, for these recorded names: a
+        fusion whose own kernel name was recorded made its own kernel; any other fusion with the
+        same fused computation (or naming it in its deduplicated_name) may run under a first one's."""
+        self.recorded = recorded
+        self.reusers: dict[int, set[int]] = defaultdict(set)
+        if hasattr(self, "_unnamed"):
+            del self._unnamed
         may_reuse = [kernel not in recorded for kernel in self.table["kernel_name"]]
-        for rows in by_print.values():
+        for rows in self._by_print.values():
             for row in rows:
                 self.reusers[row].update(r for r in rows if r != row and may_reuse[r])
         for row, dedup in enumerate(self.table["deduplicated_name"]):

@@ -159,26 +159,34 @@ def _by_nvtx(ranges: pd.DataFrame, tids: np.ndarray, times: np.ndarray) -> tuple
     return out_module, out_inst, out_path
 
 
-def _recorded_per_module(names: np.ndarray, pick: np.ndarray, modules: int) -> list[set[str]]:
-    """Per module, the kernel names recorded in its runs (``pick``: each kernel's module, -1 where
-    none or several could be told apart; those names count for every module)."""
-    undecided = set(names[pick < 0])
-    return [set(names[pick == i]) | undecided for i in range(modules)]
+def _recorded_per_module(names: np.ndarray, pick: np.ndarray, sure: np.ndarray, modules: int) -> list[set[str]]:
+    """Per module, the kernel names recorded in its runs. ``pick``: each kernel's module (-1: none
+    or several could be told apart); ``sure``: whether the pick is beyond doubt (the name is that
+    module's alone, or the kernels before and after it ran in one module). A name picked without
+    being sure counts for every module: a module's run that begins with a name the module run just
+    before it also has is credited to that one, and must not cost its own fusions their exact match."""
+    unsure = set(names[~sure | (pick < 0)])
+    by_module: list[set[str]] = [set() for _ in range(modules)]
+    for i in np.flatnonzero(sure & (pick >= 0)):
+        by_module[pick[i]].add(names[i])
+    return [own | unsure for own in by_module]
 
 
 def _by_name(kernels: pd.DataFrame, modules: list[DumpedModule],
-             sites: list[ModuleSites]) -> tuple[pd.DataFrame, np.ndarray]:
-    """Module, instruction, scope and match of each kernel from its name (the default mode), and
-    the index of each kernel's module in ``modules`` (-1: none or several)."""
+             sites: list[ModuleSites]) -> tuple[pd.DataFrame, np.ndarray, np.ndarray]:
+    """Module, instruction, scope and match of each kernel from its name (the default mode), the
+    index of each kernel's module in ``modules`` (-1: none or several), and whether that module is
+    beyond doubt (the name is its alone, or the neighbours before and after agree)."""
     holders = {n: [i for i, s in enumerate(sites) if s.knows(n)] for n in pd.unique(kernels["name"])}
     # The module of each kernel whose name only one module has; the others take their neighbours'.
     only = kernels["name"].map(lambda n: holders[n][0] if len(holders[n]) == 1 else np.nan)
     before = only.groupby(kernels["operation"]).ffill()
     after = only.groupby(kernels["operation"]).bfill()
     resolved: dict[tuple[str, float, float], tuple[int, str, str, str, str]] = {}
-    rows = []
+    rows, sure = [], []
     for name, prev, nxt in zip(kernels["name"], before, after):
         key = (name, prev, nxt)
+        sure.append(len(holders[name]) == 1 or prev == nxt)  # NaN == NaN is False: no neighbours, not sure
         if key not in resolved:
             held = holders[name]
             if not held:
@@ -194,7 +202,7 @@ def _by_name(kernels: pd.DataFrame, modules: list[DumpedModule],
                     resolved[key] = (-1, ";".join(sorted({modules[i].name for i in held})), "", scope, match)
         rows.append(resolved[key])
     frame = pd.DataFrame(rows, index=kernels.index, columns=["pick", "module", "instruction", "scope", "match"])
-    return frame.drop(columns="pick"), frame["pick"].to_numpy()
+    return frame.drop(columns="pick"), frame["pick"].to_numpy(), np.array(sure, dtype=bool)
 
 
 def _between(site: ModuleSites, candidates: list[int], low: int, high: int) -> list[int]:
@@ -300,16 +308,18 @@ def kernel_scopes(process: ProcessTrace, nvtx: bool = True) -> pd.DataFrame | No
     modules = read_modules(process.directory)
     names = inferred_scope_names(m.module for m in modules)
     kernels = kernels.assign(name=kernels["name"].astype(str))
-    sites = [ModuleSites(m.module, names, set(kernels["name"])) for m in modules]
-    frame, pick = _by_name(kernels, modules, sites)
+    every = set(kernels["name"])
+    sites = [ModuleSites(m.module, names, every) for m in modules]
+    frame, pick, sure = _by_name(kernels, modules, sites)
     # Which fusions made their own kernel is told by the names recorded in their own module's runs:
     # a name another module recorded says nothing of this one (in MJX's step on an H100, the solver
     # loop's loop_add_fusion.2 ran under a twin's kernel while a small jit recorded its own
-    # loop_add_fusion_2). A kernel whose module the join could not tell counts for every module.
-    recorded = _recorded_per_module(kernels["name"].to_numpy(), pick, len(modules))
-    if any(own != set(kernels["name"]) for own in recorded):
-        sites = [ModuleSites(m.module, names, own) for m, own in zip(modules, recorded)]
-        frame, pick = _by_name(kernels, modules, sites)
+    # loop_add_fusion_2). The modules picked do not depend on it; the names resolved again may.
+    recorded = _recorded_per_module(kernels["name"].to_numpy(), pick, sure, len(modules))
+    if any(own != every for own in recorded):
+        for site, own in zip(sites, recorded):
+            site.set_recorded(own)
+        frame, pick, sure = _by_name(kernels, modules, sites)
     _by_order(frame, kernels, pick, sites)
 
     api = ev[kind == int(Kind.CUDA_API)].drop_duplicates("correlation")
