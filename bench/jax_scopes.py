@@ -245,6 +245,7 @@ def main() -> None:
             kernel_tables(default), kernel_tables(precise, both=True)
         recorded = [default_meta, precise_meta]  # where and with what the traces were made
         record = {"command": " ".join(sys.argv), "traces": [str(t) for t in args.traces],
+                  "timed_from_step": WARM_UP,  # kernels before the WARM_UP-th rlscope.step() left out
                   "recorded": [{"mode": m["jax_scopes"]["mode"], "jax": m["jax_scopes"]["jax"], "machine": m["machine"],
                                 "python": m["python"], "argv": m["argv"]} for m in recorded],
                   "attribution": {**attribution(by_name, by_nvtx), "one_trace": one_trace(precise_by_name, by_nvtx)}}
