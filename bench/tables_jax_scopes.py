@@ -107,57 +107,63 @@ NOT_PLACED = ("ambiguous", "unmatched")  # kernels no scope, library or "fused a
 
 def jax_scopes_ant() -> str:
     """brax's ant under the whole-step jit (``jax_scopes/ant_h100.csv``, ``rlscope analyze``'s
-    jax_scopes table): per scope of the step, its kernels and their time, compile-time autotuning
-    left out; then how many of the step's kernels the join placed (a scope, no scope, a library,
-    fused across scopes) and which kernels head the rows without one scope."""
+    jax_scopes table of the default-mode trace; how the traces were made: ``ant_h100.json``): per
+    scope of the step, its kernels and their time, compile-time autotuning left out; how many of
+    the step's kernels the join placed, and how; then the two modes against each other."""
     meta = json.loads((JAX_SCOPES / "ant_h100.json").read_text())
     rows = list(csv.DictReader((JAX_SCOPES / "ant_h100.csv").read_text().splitlines()))
     step = [r for r in rows if r["operation"] == STEP and r["match"] != "autotuning"]
     by_scope: dict[str, list[int]] = {}  # scope: [kernels, ns]
+    by_match: dict[str, int] = {}
     for r in step:
         kernels_ns = by_scope.setdefault(r["scope"], [0, 0])
         kernels_ns[0] += int(r["kernels"])
         kernels_ns[1] += int(r["duration_ns"])
+        by_match[r["match"]] = by_match.get(r["match"], 0) + int(r["kernels"])
     kernels = sum(k for k, _ in by_scope.values())
     total_ns = sum(ns for _, ns in by_scope.values())
     table = markdown_table(["scope", "kernels", "ms", "share of the step's kernel time"],
                            [[scope, f"{k:,}", f"{ns / 1e6:.2f}", f"{ns / total_ns:.1%}"]
                             for scope, (k, ns) in sorted(by_scope.items(), key=lambda item: -item[1][1])])
-    not_placed = {m: sum(int(r["kernels"]) for r in step if r["match"] == m) for m in NOT_PLACED}
+    not_placed = {m: by_match.get(m, 0) for m in NOT_PLACED}
     placed = kernels - sum(not_placed.values())
-    recorded = meta["recorded"]
-    caption = (f"{recorded['device']}, JAX {recorded['jax']}, brax {recorded['brax']}, mujoco-mjx "
-               f"{recorded['mujoco-mjx']}, {recorded['date']} (the tree sent: {recorded['tree']}); `{meta['command']}`, "
-               f"analysed at {meta['analysed']['commit']}. The `{STEP}` operation's kernels, those launched while XLA "
-               f"compiled (autotuning) left out.\n\n")
+    run = meta["default"]
+    caption = (f"{run['device']}, JAX {run['jax']}, brax {run['brax']}, mujoco-mjx {run['mujoco-mjx']}, "
+               f"{run['date']} (the tree sent: {run['tree']}); `{run['command']}`, analysed at "
+               f"{meta['analysed']['commit']}. The `{STEP}` operation's kernels over the run's iterations, those "
+               f"launched while XLA compiled (autotuning) left out.\n\n")
     names = [f"- {r['scope']}: {r['kernel_names']}" for r in step if r["kernel_names"]]
     summary = (f"\nOf the step's {kernels:,} kernels, {placed / kernels:.1%} are attributed as issue 54's goal "
                f"counts it: to a scope, to no scope, to a library or to \"fused across scopes\" (this last alone "
                f"{by_scope.get('fused across scopes', [0])[0] / kernels:.1%}); the rest: "
-               + ", ".join(f"{m} {n / kernels:.1%}" for m, n in not_placed.items()) +
-               ". The largest kernels of the rows without one scope:\n\n" + "\n".join(dict.fromkeys(names)) + "\n")
-    return caption + table + summary + _ant_precise()
+               + ", ".join(f"{m} {n / kernels:.1%}" for m, n in not_placed.items()) + ". How the join placed them: "
+               + ", ".join(f"{m} {n / kernels:.1%}" for m, n in sorted(by_match.items(), key=lambda item: -item[1]))
+               + ". The largest kernels of the rows without one scope:\n\n" + "\n".join(dict.fromkeys(names)) + "\n")
+    return caption + table + summary + _ant_modes(meta)
 
 
-def _ant_precise() -> str:
-    """``jax_scopes/ant_modes_h100.json`` (``bench/jax_scopes.py --traces``): a default-mode and a
-    precise-mode trace of ant, each its own process. The precise trace joined by name against its
-    own ranges (same kernels, same durations: the join alone), and each scope's share in the two
-    runs (the modes as users run them: the durations differ too)."""
+def _ant_modes(meta: dict) -> str:
+    """``jax_scopes/ant_modes_h100.json`` (``bench/jax_scopes.py --traces``): the precise-mode
+    trace joined by name against its own ranges (same kernels, same durations: the join alone), and
+    each scope's share in the two modes' runs (as users run them: the durations differ too)."""
     data = json.loads((JAX_SCOPES / "ant_modes_h100.json").read_text())
     one, both = data["attribution"]["one_trace"], data["attribution"]["shares"]
-    rows = [[scope, f"{one['shares'].get(scope, {}).get('precise', 0.0):.1%}",
-             f"{one['shares'].get(scope, {}).get('default', 0.0):.1%}",
-             _difference(one["shares"].get(scope, {}).get("relative_difference")),
-             f"{r['default']:.1%}", _difference(r["relative_difference"]), "yes" if r["goal_applies"] else "no"]
-            for scope, r in sorted(both.items(), key=lambda item: -item[1]["precise"])]
-    traces = data["traces"]
+    absent = {"precise": 0.0, "default": 0.0, "relative_difference": None}  # a scope one join never gave
+    rows = []
+    for scope, r in sorted(both.items(), key=lambda item: -item[1]["precise"]):
+        alone = one["shares"].get(scope, absent)
+        rows.append([scope, f"{alone['precise']:.1%}", f"{alone['default']:.1%}",
+                     _difference(alone["relative_difference"]), f"{r['default']:.1%}",
+                     _difference(r["relative_difference"]), "yes" if r["goal_applies"] else "no"])
+    run = meta["precise"]
     machines = {r["mode"]: r["machine"] for r in data["recorded"]}
-    return (f"\nThe same workload in the precise mode, another process (`{traces['precise']['command']}`; "
-            f"{traces['precise']['date']}, the tree sent: {traces['precise']['tree']}; machine {machines['precise']}, "
-            f"the default-mode run's {machines['default']}; compared by `{data['command']}`). Of the precise run's "
-            f"{one['kernels']:,} timed kernels, the name join gives {one['kernels_same_scope']:.2%} (and "
-            f"{one['time_same_scope']:.2%} of their time) the scope XLA's ranges give.\n\n" + markdown_table(
+    return (f"\nThe same workload in the precise mode, another process on another machine (`{run['command']}`; "
+            f"{run['device']}, {run['date']}, the tree sent: {run['tree']}; machines {machines['default']} and "
+            f"{machines['precise']}), both traces' kernels of the iterations after the first "
+            f"{data['timed_from_step']} (`python bench/jax_scopes.py --traces DEFAULT PRECISE`). Of the precise run's "
+            f"{one['kernels']:,} such kernels, the name join gives "
+            f"{one['kernels_same_scope']:.2%} (and {one['time_same_scope']:.2%} of their time) the scope XLA's "
+            f"ranges give.\n\n" + markdown_table(
                 ["scope", "precise run: by XLA's ranges", "precise run: by name", "vs ranges",
                  "default-mode run", "vs precise run", "share >= 5%"], rows))
 
