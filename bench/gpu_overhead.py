@@ -34,10 +34,11 @@ callbacks replaced), ``annotations``, ``transitions`` (annotations and transitio
 a bare client with no rlscope in the loop at all (``rlscope._cupti.Floor``, csrc/cupti/floor.hpp):
 ``floor`` enables the GPU layer's activity kinds and frees every buffer unread, ``floor-api`` also
 enables the runtime and driver API callbacks that ``rlscope`` uses, doing nothing in them.
-``sampled`` (a sampled session with ``--sample``'s defaults) and ``sampled-between`` (a sampled
-session no window of which opens: layers off, steps counted, CUPTI attached, what a session within
-its trace budget costs between its rare windows), in-process where whole sampled processes
-against unprofiled ones are lost in the machine's noise (``docs/results/sampled.md``).
+``sampled-between`` (a sampled session no window of which opens: layers off, steps counted,
+CUPTI attached), what a sampled session within its trace budget costs between its rare windows,
+in-process where whole sampled processes against unprofiled ones are lost in the machine's noise
+(``docs/results/sampled.md``). A window's own cost is ``rlscope``'s (everything on) for the share
+of iterations windows hold; a session of a segment's length would not draw windows as a long run does.
 ``kernels`` over ``floor`` and ``rlscope`` over ``floor-api`` are what rlscope adds to CUPTI's cost
 for the same kinds: the summary gives them per round (the modes of a round run one after another,
 so each pair shares the machine's state of the moment) as median [range] over rounds.
@@ -79,10 +80,8 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
     "transitions": ({"gpu": False}, "callbacks"),
     "api": ({"transitions": False, "gpu": "runtime,driver"}, "callbacks"),
     "kernels": ({"transitions": False, "gpu": "kernels"}, "callbacks"),
-    # A sampled session (``rlscope prof --sample``'s defaults; windows start afresh in each segment's
-    # session), and one whose warm-up outlasts the segment: what sampling costs between windows.
-    "sampled": ({"sample": "default"}, "callbacks"),
-    "sampled-between": ({"sample": "between"}, "callbacks"),
+    # A sampled session whose warm-up outlasts the segment: what sampling costs between windows.
+    "sampled-between": ({"sample": {"warmup": 2**62}}, "callbacks"),
 }
 # CUPTI's floor: a bare client's kinds (api: with the API callbacks) -> the rlscope mode it bounds.
 FLOOR_MODES: dict[str, tuple[bool, str]] = {"floor": (False, "kernels"), "floor-api": (True, "rlscope")}
@@ -116,11 +115,6 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
 
         options, source = RLSCOPE_MODES[mode]
         os.environ[ENV_API] = source
-        if "sample" in options:
-            from rlscope.collect.sampling import SampleSpec
-
-            never = {"default": {}, "between": {"warmup": 2**62}}[options["sample"]]
-            options = options | {"sample": SampleSpec(**never)}
         return lambda trace: rlscope.profile(trace, process=name, **options)
     if mode in FLOOR_MODES:
         return lambda trace: floor_session(api=FLOOR_MODES[mode][0])

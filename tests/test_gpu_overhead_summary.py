@@ -122,17 +122,15 @@ def test_summary_names_a_file_that_is_not_a_compare_csv(tmp_path: Path) -> None:
         gpu_overhead.summary([tmp_path / "missing.csv"])
 
 
-@pytest.mark.parametrize(("mode", "windows"), [("sampled-between", False), ("sampled", True)])
-def test_a_sampled_mode_s_sessions_are_sampled_and_between_opens_no_window(
-        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, mode: str, windows: bool) -> None:
+def test_sampled_between_sessions_are_sampled_and_open_no_window(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     import json
 
     import rlscope
     from rlscope.collect.gpu_layers import ENV_API
 
-    monkeypatch.delenv(ENV_API, raising=False)  # session_opener sets it; put back afterwards
-    with gpu_overhead.session_opener("gym_numpy", mode)(tmp_path / "trace"):
-        for _ in range(3000):  # the default spec's first window starts within about 1,000 iterations
+    monkeypatch.setenv(ENV_API, "callbacks")  # session_opener sets it: put back after the test
+    with gpu_overhead.session_opener("gym_numpy", "sampled-between")(tmp_path / "trace"):
+        for _ in range(3000):  # a sampled session's first window would start within about 1,000 iterations
             rlscope.step()
     (samples,) = [json.loads(p.read_text()) for p in (tmp_path / "trace").rglob("samples.json")]
-    assert samples["calls"][-1][0] == 3000 and bool(samples["windows"]) == windows
+    assert samples["calls"][-1][0] == 3000 and samples["windows"] == []
