@@ -224,10 +224,9 @@ def compare(workload: str, steps: int, rounds: int, sample: str, watch_s: float,
     from run_record import gpu, host
     from sampled_validation import check
 
-    from rlscope.files import write_json_atomic
-
     from rlscope.collect.flusher import ENV_FLUSH_INTERVAL
     from rlscope.collect.sampling import parse_sample
+    from rlscope.files import write_json_atomic
 
     modes = tuple(dict.fromkeys(["off", *modes]))
     spec = parse_sample(sample)
@@ -277,7 +276,7 @@ def summarise(runs: list[dict[str, Any]], modes: tuple[str, ...]) -> dict[str, A
                   for r in mine]
         wall = statistics.median(r["wall_s"] for r in mine)
         size = statistics.median(r["trace_bytes"] for r in mine)
-        summary[mode] = {"wall_s": wall, "over_off": statistics.median(ratios),
+        summary[mode] = {"wall_s": wall, "over_off": statistics.median(ratios), "over_off_each": ratios,
                          "over_off_range": [min(ratios), max(ratios)], "trace_bytes": size,
                          "bytes_per_iteration": size / iterations, "mb_per_hour": size / wall * 3600 / 1e6,
                          "max_rss_mb": statistics.median(r["max_rss_mb"] for r in mine),
@@ -308,6 +307,7 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
     if settled is None:
         raise SystemExit(f"{trace}: the run ended before its memory was sampled inside the session; run it for "
                          f"longer than a few --watch-s")
+    rss_settled = [point[1] for point in inside if point[0] >= settled[0]]
     return machine | {
         "workload": workload, "steps": steps, "sample": sample, "wall_s": run["wall_s"],
         "iterations": main_process["calls"][-1][0], "windows": len(main_process["windows"]),
@@ -315,8 +315,7 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
         "trace_mb_per_hour": run["trace_bytes"] / 1e6 / run["wall_s"] * 3600,
         "trace_mb_per_hour_late": growth_per_hour(timeline, 3),
         "rss_mb_settled_last": [settled[1], inside[-1][1]], "rss_mb_per_hour": growth_per_hour(inside, 1),
-        "rss_mb_range_settled": [min(p[1] for p in inside if p[0] >= settled[0]),
-                                 max(p[1] for p in inside if p[0] >= settled[0])],
+        "rss_mb_range_settled": [min(rss_settled), max(rss_settled)],
         "gpu_mb_settled_last": [settled[2], inside[-1][2]], "gpu_mb_per_hour": growth_per_hour(inside, 2),
         "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
 

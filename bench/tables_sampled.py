@@ -90,12 +90,6 @@ def _setting(data: dict) -> str:
             + f", {data['rounds']} rounds")
 
 
-def _ratios(data: dict, mode: str) -> list[float]:
-    """Per round with both: ``mode``'s wall time over that round's unprofiled run."""
-    by_round = {(r["round"], r["mode"]): r["wall_s"] for r in data["runs"]}
-    return [by_round[(n, mode)] / by_round[(n, "off")] for n, m in by_round if m == mode and (n, "off") in by_round]
-
-
 def gpu_cost() -> str:
     """Per GPU record and mode: time over the unprofiled loop (median [range] over rounds), trace
     bytes per iteration and per hour of the loop, peak memory and CUPTI's dropped records. Runs of
@@ -115,7 +109,7 @@ def gpu_cost() -> str:
     pooled = {}  # the same loop and setting in several records: their rounds together
     for data in records:
         if data["budget_mb_per_hour"] is not None:
-            pooled.setdefault(data["workload"], []).extend(_ratios(data, "sampled"))
+            pooled.setdefault(data["workload"], []).extend(data["summary"]["sampled"]["over_off_each"])
     notes = [f"{loop}, sampled within the budget, every round of the records above: median "
              f"{statistics.median(ratios):.2f}x, range [{min(ratios):.2f}, {max(ratios):.2f}], "
              f"{sum(r <= 1.05 for r in ratios)} of {len(ratios)} rounds at or below 1.05x"
