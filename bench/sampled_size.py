@@ -2,7 +2,8 @@
 
     python bench/sampled_size.py [--workload gym_numpy] [--steps 100000] [--rounds 3] \\
         [--sample window=20,block=1000,warmup=50] [--watch-s 1] [--out size.json]
-    python bench/sampled_size.py long --workload W --steps N [--sample ...] --out long.json
+    python bench/sampled_size.py long --workload W --steps N [--sample ...] \
+        [--reference-steps M --reference-rounds K] --out long.json
 
 One process per mode and round (``off``: unprofiled; ``full``: every layer the whole run;
 ``sampled``: ``rlscope.profile(sample=...)``; with ``--modes``, also ``between`` and
@@ -22,7 +23,11 @@ mode's time alike, and the final sample, taken after the session's end, holds th
 host, commit and GPU.
 
 ``long``: one sampled process of minutes to hours, no other mode beside it: whether memory and
-the trace's rate stay flat (``long_record``).
+the trace's rate stay flat (``long_record``), and its shares' estimates over all its windows;
+with ``--reference-rounds K``, then K fully traced processes of ``--reference-steps`` on the same
+machine, one after another, against whose shares those estimates are held
+(``reference_agreement``): a budgeted run holds too few windows in seconds to test the estimates,
+and a full trace of minutes is gigabytes.
 
 Shares: with ``--subsample SEEDS``, the first full trace is also sampled afterwards once per seed
 (``sampled_validation.check``): the estimator and its intervals against the very run they sample.
@@ -42,6 +47,7 @@ import json
 import math
 import os
 import resource
+import shutil
 import statistics
 import subprocess
 import sys
@@ -192,7 +198,8 @@ def finite_median(values: Iterable[float]) -> float:
 
 def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Per share of at least MIN_SHARE in the full traces: per round, the sampled estimate against
-    that round's full trace."""
+    that round's full trace (the profiler's own time left out of both: ``without_profiler``)."""
+    runs = [r | {"shares": without_profiler(r["shares"])} if "shares" in r else r for r in runs]
     by_round = {(r["round"], r["mode"]): r for r in runs}
     keys = sorted({k for r in runs if r["mode"] == "full" for k, v in r["shares"].items() if v >= MIN_SHARE})
     rows = []
@@ -320,8 +327,54 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
         "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
 
 
+def warmup_of(sample: str) -> int:
+    """The warm-up iterations of a sample spec: left out of the full traces' shares as well."""
+    from rlscope.collect.sampling import parse_sample
+
+    return parse_sample(sample).warmup
+
+
+def without_profiler(shares: dict[str, Any]) -> dict[str, Any]:
+    """Shares (``operation / resources`` -> a share, or [share, low, high]) with the profiler's own
+    time left out of the iteration: its rows dropped, the rest divided by what is left. A full
+    trace writes its chunks on the training thread (``Kind.PROFILER_WRITE``, resources
+    ``Profiler``), a share of the iteration the same loop sampled, whose windows rarely fill a
+    chunk, does not have; the loop's own shares are compared without it."""
+    def share_of(value: Any) -> float:
+        return value[0] if isinstance(value, list) else value
+
+    profiler = sum(share_of(v) for k, v in shares.items() if "Profiler" in k.rpartition(" / ")[2])
+    scale = 1.0 / (1.0 - profiler) if profiler < 1 else float("nan")
+    return {k: ([x * scale for x in v] if isinstance(v, list) else v * scale)
+            for k, v in shares.items() if "Profiler" not in k.rpartition(" / ")[2]}
+
+
+def reference_agreement(estimates: dict[str, list[float]], references: list[dict[str, float]]) -> list[dict[str, Any]]:
+    """Per share of at least MIN_SHARE in the full traces' median (the profiler's own time left
+    out of both sides: ``without_profiler``): that median and the full traces' range, the long
+    run's estimate and interval, whether it is within max(0.5 points, 5% relative) of the median
+    and whether the interval covers it; and how many full traces are within that tolerance of
+    their median (where not all, the full runs themselves differ by more than the tolerance)."""
+    estimates = without_profiler(estimates)
+    references = [without_profiler(ref) for ref in references]
+    keys = sorted({k for ref in references for k in ref})
+    rows = []
+    for key in keys:
+        values = [ref.get(key, 0.0) for ref in references]
+        full = statistics.median(values)
+        if full < MIN_SHARE:
+            continue
+        share, low, high = estimates.get(key, [0.0, float("nan"), float("nan")])
+        tolerance = max(0.005, 0.05 * full)
+        rows.append({"share": key, "full": full, "full_range": [min(values), max(values)], "estimate": share,
+                     "low": low, "high": high, "within_tolerance": bool(abs(share - full) <= tolerance),
+                     "covered": bool(low <= full <= high),
+                     "full_runs_within_tolerance": sum(abs(v - full) <= tolerance for v in values)})
+    return rows
+
+
 def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, tree: str | None,
-             args: list[str]) -> dict[str, Any]:
+             args: list[str], reference_steps: int = 0, reference_rounds: int = 0) -> dict[str, Any]:
     """One sampled process for as long as ``steps`` takes (minutes to hours); its trace stays
     beside ``out`` (``out`` with ``.trace``), its timeline grows beside that as the run goes.
     ``args``: the command line, kept in the record."""
@@ -339,8 +392,26 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
     if done.returncode:
         raise SystemExit(f"{workload} long run failed:\n{done.stderr[-3000:]}")
     record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
-    record |= {"tree": tree or machine["host"]["commit"], "command": " ".join(["python bench/sampled_size.py", *args])}
+    estimates = shares(trace, "sampled", warmup_of(sample))  # over all its windows, one phase
+    record |= {"tree": tree or machine["host"]["commit"], "command": " ".join(["python bench/sampled_size.py", *args]),
+               "estimates": estimates["shares"], "estimated_windows": estimates["windows"]}
     write_json_atomic(out, record)
+    if reference_rounds:
+        references = []
+        for round_ in range(reference_rounds):
+            full_trace = out.with_suffix(f".full{round_}")
+            shutil.rmtree(full_trace, ignore_errors=True)
+            command = [sys.executable, __file__, "one", workload, str(reference_steps), "full", sample,
+                       str(full_trace), str(watch_s)]
+            done = subprocess.run(command, capture_output=True, text=True)
+            if done.returncode:
+                raise SystemExit(f"{workload} full reference {round_} failed:\n{done.stderr[-3000:]}")
+            references.append(shares(full_trace, "full", warmup_of(sample))["shares"])
+            shutil.rmtree(full_trace)  # gigabytes an hour: its shares are what is kept
+            print(f"reference {round_ + 1} of {reference_rounds} done", flush=True)
+        record["reference"] = {"steps": reference_steps, "rounds": reference_rounds, "shares": references,
+                               "agreement": reference_agreement(record["estimates"], references)}
+        write_json_atomic(out, record)
     return record
 
 
@@ -357,11 +428,21 @@ def main() -> None:
         parser.add_argument("--watch-s", type=float, default=10.0)
         parser.add_argument("--out", type=Path, required=True)
         parser.add_argument("--tree", default=None, help="the commit that ran, where the machine's git metadata lags")
+        parser.add_argument("--reference-steps", type=int, default=0, help="steps of each full-trace reference")
+        parser.add_argument("--reference-rounds", type=int, default=0,
+                            help="full-trace processes run after the long one, whose shares the estimates are held to")
         args = parser.parse_args(sys.argv[2:])
-        record = long_run(args.workload, args.steps, args.sample, args.watch_s, args.out, args.tree, sys.argv[1:])
+        if args.reference_rounds < 0 or (args.reference_rounds and args.reference_steps < 1):
+            parser.error("--reference-rounds K needs K >= 0, and --reference-steps of at least 1 with K > 0")
+        record = long_run(args.workload, args.steps, args.sample, args.watch_s, args.out, args.tree, sys.argv[1:],
+                          args.reference_steps, args.reference_rounds)
         print(f"{record['wall_s']:.0f} s, {record['windows']} windows, trace {record['trace_mb_per_hour']:.0f} MB/h "
               f"({record['trace_mb_per_hour_late']:.0f} over the second half), rss {record['rss_mb_per_hour']:+.1f} "
               f"MB/h, dropped {record['dropped_records']}", flush=True)
+        for row in record.get("reference", {}).get("agreement", []):
+            print(f"{row['share']:>32s} full {row['full']:.3f} sampled {row['estimate']:.3f} "
+                  f"[{row['low']:.3f}, {row['high']:.3f}] within {row['within_tolerance']} covered {row['covered']}",
+                  flush=True)
         return
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--workload", default="gym_numpy")

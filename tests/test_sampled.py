@@ -341,6 +341,43 @@ def test_the_budget_draws_from_the_block_that_keeps_the_trace_within_it() -> Non
     assert budgeted_block(parse_sample("budget=0"), 1e5, 1e4) == 500  # no bound
 
 
+def test_a_trace_ahead_of_its_budget_pays_it_back_over_a_minute() -> None:
+    from rlscope.collect.sampling import BUDGET_CATCH_UP_S, MIN_RATE_SHARE, catch_up_rate
+
+    rate = 100e6 / 3600  # 100 MB an hour in bytes per second
+    assert catch_up_rate(100, rate * 30, 30) == pytest.approx(rate)  # on the budget: its rate
+    assert catch_up_rate(100, 0, 30) == pytest.approx(rate)  # behind it: no faster than its rate
+    ahead = 0.5 * rate * BUDGET_CATCH_UP_S  # half a minute's budget too much: half the rate
+    assert catch_up_rate(100, rate * 30 + ahead, 30) == pytest.approx(0.5 * rate)
+    assert catch_up_rate(100, 1e9, 30) == pytest.approx(MIN_RATE_SHARE * rate)  # far ahead: the floor
+
+
+def test_the_budget_holds_the_whole_trace_start_up_included() -> None:
+    """A loop of 10,000 iterations a second whose windows of 100 kB each are fully traced, one
+    per 36,000 iterations at 100 MB an hour: the budget's block. A start-up that wrote 2 MB
+    before the first step, and the windows drawn from the block asked for until the first look
+    at the size, are paid back by a block 20 times larger (the floor's rate), then by blocks
+    shrinking back to the budget's as the trace comes back within 100 MB an hour of its
+    session."""
+    from rlscope.collect.sampling import BUDGET_CHECK_S, TraceBudget
+
+    spec = parse_sample("window=20,block=500,budget=100")
+    size = [2_000_000]
+    budget = TraceBudget(spec, start_ns=0, trace_bytes=lambda: size[0])
+    budget.first_step(now_ns=0, steps=0)
+    blocks, steps, ends_s = [], 0, []
+    while steps < 6_000_000:  # ten minutes of the loop, a window at a time, each gap its block's mean
+        steps += budget.block
+        size[0] += 100_000
+        ends_s.append(steps / 10_000)
+        blocks.append(budget.after_window(int(ends_s[-1] * 1e9), len(blocks) + 1, steps))
+    first_look = next(i for i, end in enumerate(ends_s) if end >= BUDGET_CHECK_S)
+    assert set(blocks[:first_look]) == {spec.block}  # before the first look: the block asked for
+    assert blocks[first_look] == 36_000 * 20  # 3 MB ahead of the budget's 14 kB: its floor's rate
+    assert blocks[-1] == pytest.approx(36_000, rel=0.01)  # paid back: the budget's block
+    assert size[0] <= 100e6 / 3600 * ends_s[-1] * 1.01  # the whole trace, start-up included, within it
+
+
 def test_a_sampled_run_over_its_budget_draws_larger_blocks(tmp_path: Path) -> None:
     """Many annotations per iteration, windows of about 10 kB every 100 iterations: gigabytes an
     hour at any speed this machine runs the loop, over a budget of 500 MB an hour, which leaves

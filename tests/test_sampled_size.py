@@ -39,6 +39,30 @@ def test_a_share_the_sampled_run_never_saw_counts_as_missed() -> None:
     assert row["rounds"] == 1 and row["sampled"] == 0.0 and row["within_tolerance"] == 0 and row["covered"] == 0
 
 
+def test_the_profiler_s_own_writes_are_left_out_of_both_sides() -> None:
+    """A full trace that spent 20% of its iterations writing its own chunks: its loop's shares
+    are those of the other 80%. Estimate and interval are scaled alike."""
+    full = {"sim / Python": 0.40, "inference / GPU": 0.40, "sim / Profiler": 0.20}
+    assert sampled_size.without_profiler(full) == {"sim / Python": 0.5, "inference / GPU": 0.5}
+    sampled = {"sim / Python": [0.45, 0.40, 0.50], "sim / Profiler": [0.10, 0.05, 0.15]}
+    assert sampled_size.without_profiler(sampled)["sim / Python"] == [0.5, 0.40 / 0.9, 0.50 / 0.9]
+
+
+def test_a_long_run_s_estimates_are_held_to_the_median_of_its_full_references() -> None:
+    estimates = {"sim / Python": [0.52, 0.50, 0.54], "inference / GPU": [0.40, 0.39, 0.41],
+                 "tail / Python": [0.08, 0.07, 0.09]}
+    references = [{"sim / Python": 0.50, "inference / GPU": 0.45, "tail / Python": 0.05},
+                  {"sim / Python": 0.51, "inference / GPU": 0.44, "tail / Python": 0.05},
+                  {"sim / Python": 0.60, "inference / GPU": 0.46, "tail / Python": 0.04}]
+    rows = {r["share"]: r for r in sampled_size.reference_agreement(estimates, references)}
+    assert rows["sim / Python"]["full"] == 0.51 and rows["sim / Python"]["full_range"] == [0.50, 0.60]
+    assert rows["sim / Python"]["within_tolerance"] and rows["sim / Python"]["covered"]
+    assert rows["sim / Python"]["full_runs_within_tolerance"] == 2  # the third full run is off by itself
+    assert not rows["inference / GPU"]["within_tolerance"] and not rows["inference / GPU"]["covered"]
+    assert not rows["tail / Python"]["within_tolerance"]  # 0.08 against 0.05: over 0.5 points
+    assert set(rows) == {"sim / Python", "inference / GPU", "tail / Python"}
+
+
 def test_a_long_run_s_memory_is_read_inside_the_session_and_after_start_up(tmp_path: Path) -> None:
     import json
 

@@ -25,16 +25,22 @@ switching CUPTI's recording on slows the launches that follow it for a while.
 
 A window is fully traced, so what a sampled trace grows by per hour is a window's bytes times
 the windows per hour, and a fast loop with many events per iteration makes that gigabytes at the
-default block. ``budget`` bounds it (MB per hour of the process's trace after its first
-``rlscope.step()``; 0: no bound; a process that never steps stays a full trace, unbounded): at
-most every ``BUDGET_CHECK_S``, at a window's end, the bytes written and the windows closed over
-the last ``BUDGET_SPAN_S`` or so give a window's size; with the step rate over the same span, the
-block that keeps the trace within the budget, never below ``block``, is the one the next gap is
-drawn from. Iterations are then measured with a probability that changes over the
-run, ``(window - settle) / block``, so each window counts in proportion to the block its gap was
-drawn from (``blocks`` in ``samples.json``; ``rlscope.analyze.sampled`` weights by it). The bytes
-are those on disk, which trail the events by the time-bound writes' interval (about a second), so
-a run's first seconds may write more than the budget allows.
+default block. ``budget`` bounds it: the trace's bytes (all of them, the start-up traced before
+the first ``rlscope.step()`` included) are held to ``budget`` MB per hour since the session began
+(0: no bound; a process that never steps stays a full trace, unbounded). At most every
+``BUDGET_CHECK_S``, at a window's end, the bytes written and the windows closed over the last
+``BUDGET_SPAN_S`` or so give a window's size, and with the step rate over the same span, the next
+gap is drawn from the block whose windows write at the rate ``catch_up_rate`` allows: the
+budget's rate less what the trace is ahead of the budget so far, paid back over
+``BUDGET_CATCH_UP_S`` (never below ``MIN_RATE_SHARE`` of the budget, never above it, and never a
+block below ``block``). The whole trace's size is what is held, not a recent rate: the bytes on
+disk trail the events by the time-bound writes' interval (about a second), so the first second's
+windows are drawn from ``block`` whatever they write, and a start-up traced whole may alone be more
+than the budget's first minute; both are paid back by drawing from larger blocks afterwards, and
+a run shorter than its start-up's share of the budget may get no window. Iterations are measured
+with a probability that changes over the run, ``(window - settle) / block``, so each window
+counts in proportion to the block its gap was drawn from (``blocks`` in ``samples.json``;
+``rlscope.analyze.sampled`` weights by it).
 
 Between windows the layers are off as in calibration's ``off`` level (``rlscope.collect.windows``):
 annotations are no-ops, the transition hooks are out and CUPTI records nothing, but stays
@@ -59,6 +65,7 @@ import dataclasses
 import math
 import os
 import random
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -68,13 +75,16 @@ from rlscope.errors import RlscopeError
 from rlscope.files import write_json_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
-__all__ = ["SampleSpec", "SampledWindows", "parse_sample", "window_starts", "budgeted_block", "BUDGET_CHECK_S",
-           "BUDGET_SPAN_S"]
+__all__ = ["SampleSpec", "SampledWindows", "TraceBudget", "parse_sample", "window_starts", "budgeted_block",
+           "catch_up_rate",
+           "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
 BUDGET_CHECK_S = 0.5  # how often at most the trace's size is looked at (at a window's end)
 BUDGET_SPAN_S = 10.0  # a window's size and the step rate are measured over about this long
+BUDGET_CATCH_UP_S = 60.0  # bytes written ahead of the budget are paid back over about this long
+MIN_RATE_SHARE = 0.05  # while paying back, windows still write at least this share of the budget's rate
 
 
 @dataclasses.dataclass(frozen=True)
@@ -139,13 +149,64 @@ def _gap(rng: random.Random, window: int, block: int) -> int:
     return rng.randint(1, 2 * (block - window) - 1)
 
 
-def budgeted_block(spec: SampleSpec, window_bytes: float, iterations_per_s: float) -> int:
-    """The block whose windows, each ``window_bytes`` long, keep a loop of ``iterations_per_s``
-    within ``spec.budget`` MB an hour; never below ``spec.block``."""
+def catch_up_rate(budget_mb_per_h: float, written_bytes: float, elapsed_s: float) -> float:
+    """Bytes per second the next stretch's windows may write, for a trace that has written
+    ``written_bytes`` in the ``elapsed_s`` since its session began: the budget's rate less what is
+    ahead of it, paid back over ``BUDGET_CATCH_UP_S``; between ``MIN_RATE_SHARE`` of the budget's
+    rate and that rate (under the budget, windows are not drawn faster to make up for it: the
+    block asked for is the most a loop is sampled)."""
+    rate = budget_mb_per_h * 1e6 / 3600
+    ahead = written_bytes - rate * elapsed_s
+    return min(rate, max(MIN_RATE_SHARE * rate, rate - ahead / BUDGET_CATCH_UP_S))
+
+
+def budgeted_block(spec: SampleSpec, window_bytes: float, iterations_per_s: float,
+                   bytes_per_s: float | None = None) -> int:
+    """The block whose windows, each ``window_bytes`` long, write ``bytes_per_s`` (by default
+    ``spec.budget``'s rate) in a loop of ``iterations_per_s``; never below ``spec.block``."""
     if spec.budget <= 0 or window_bytes <= 0 or iterations_per_s <= 0:
         return spec.block
-    windows_per_s = spec.budget * 1e6 / 3600 / window_bytes
+    rate = spec.budget * 1e6 / 3600 if bytes_per_s is None else bytes_per_s
+    windows_per_s = rate / window_bytes
     return max(spec.block, math.ceil(iterations_per_s / windows_per_s))
+
+
+class TraceBudget:
+    """The block each gap is drawn from, within ``spec.budget``: ``budgeted_block`` at the rate
+    ``catch_up_rate`` gives for the trace's size, with a window's size and the step rate from the
+    bytes written, the windows closed and the steps run since the newest earlier look at least
+    ``BUDGET_SPAN_S`` old (or the first step), looking at most every ``BUDGET_CHECK_S``. Over a
+    span of seconds, what trails the events on disk is a small part, and a slow start
+    (compiling) no longer counts in the step rate. ``trace_bytes`` gives the trace's size on disk
+    (-1: unreadable now); ``start_ns`` is when the session began."""
+
+    def __init__(self, spec: SampleSpec, start_ns: int, trace_bytes: Callable[[], int]) -> None:
+        self.spec = spec
+        self.start_ns = start_ns
+        self.block = spec.block  # the block the next gap is drawn from
+        self._trace_bytes = trace_bytes
+        # (time, trace bytes or -1, windows, steps) at the first step and at each look since
+        self._looks: collections.deque[tuple[int, int, int, int]] = collections.deque()
+
+    def first_step(self, now_ns: int, steps: int) -> None:
+        self._looks.append((now_ns, self._trace_bytes(), 0, steps))
+
+    def after_window(self, now_ns: int, windows: int, steps: int) -> int:
+        """The block for the gap after a window that ended at ``now_ns``, with ``windows`` closed
+        and ``steps`` run so far."""
+        if self.spec.budget <= 0 or not self._looks or now_ns - self._looks[-1][0] < BUDGET_CHECK_S * 1e9:
+            return self.block
+        size = self._trace_bytes()
+        while len(self._looks) > 1 and now_ns - self._looks[1][0] >= BUDGET_SPAN_S * 1e9:
+            self._looks.popleft()
+        then, size_then, windows_then, steps_then = self._looks[0]
+        self._looks.append((now_ns, size, windows, steps))
+        if size_then < 0 or size <= size_then or windows <= windows_then:
+            return self.block  # nothing written yet (the first time-bound write is about a second away)
+        rate = catch_up_rate(self.spec.budget, size, (now_ns - self.start_ns) / 1e9)
+        self.block = budgeted_block(self.spec, (size - size_then) / (windows - windows_then),
+                                    (steps - steps_then) / (now_ns - then) * 1e9, rate)
+        return self.block
 
 
 def window_starts(spec: SampleSpec, windows: int) -> list[int]:
@@ -178,10 +239,8 @@ class SampledWindows:
         self.calls: list[list[int]] = []  # [call, time_ns] at each on_window call, then the last call
         self.blocks: list[int] = []  # per window, the block its gap was drawn from
         self._rng = random.Random(spec.seed)
-        self._block = spec.block  # the block the next gap is drawn from
+        self._budget = TraceBudget(spec, session.start_ns, self._trace_bytes)
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec.window, spec.block)  # as window_starts does
-        # (time, trace bytes or -1, windows, steps) at the first step() and at each look since
-        self._looks: collections.deque[tuple[int, int, int, int]] = collections.deque()
         self._iteration = 0  # steps seen so far
         self._state = "start"  # start [-> warm-up] -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
@@ -207,17 +266,17 @@ class SampledWindows:
     def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
         self.calls.append([self._iteration, end_ns])
-        if not self._looks:
-            self._looks.append((end_ns, self._trace_bytes(), 0, self._iteration))
+        if len(self.calls) == 1:
+            self._budget.first_step(end_ns, self._iteration)
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
-            self.blocks.append(self._block)
+            self.blocks.append(self._budget.block)
         if self._state in ("start", "measuring"):
             self.switch.apply(_OFF)
             _hotpath.set_step_rows(False)
             if self._state == "measuring":
-                self._block = self._within_budget(end_ns)
-                self._next_start = self._iteration + _gap(self._rng, self.spec.window, self._block)
+                block = self._budget.after_window(end_ns, len(self.windows), self._iteration)
+                self._next_start = self._iteration + _gap(self._rng, self.spec.window, block)
             elif self.spec.warmup > self._iteration:  # a call of its own where the estimates' run starts
                 self._state = "warm-up"
                 return self.spec.warmup - self._iteration
@@ -236,23 +295,6 @@ class SampledWindows:
         self._window_first = self._iteration
         self._state = "measuring"
         return self.spec.window - self.spec.settle
-
-    def _within_budget(self, now_ns: int) -> int:
-        """The block for the next gap: ``budgeted_block`` from the bytes written, the windows
-        closed and the steps run since the newest earlier look at least ``BUDGET_SPAN_S`` old (or
-        the first step), looking at most every ``BUDGET_CHECK_S``. Over a span of seconds, what
-        trails the events on disk is a small part, and a slow start (compiling) no longer counts."""
-        if self.spec.budget <= 0 or not self._looks or now_ns - self._looks[-1][0] < BUDGET_CHECK_S * 1e9:
-            return self._block
-        size = self._trace_bytes()
-        while len(self._looks) > 1 and now_ns - self._looks[1][0] >= BUDGET_SPAN_S * 1e9:
-            self._looks.popleft()
-        then, size_then, windows_then, steps_then = self._looks[0]
-        self._looks.append((now_ns, size, len(self.windows), self._iteration))
-        if size_then < 0 or size <= size_then or len(self.windows) <= windows_then:
-            return self._block  # nothing written yet (the first time-bound write is about a second away)
-        return budgeted_block(self.spec, (size - size_then) / (len(self.windows) - windows_then),
-                              (self._iteration - steps_then) / (now_ns - then) * 1e9)
 
     def _trace_bytes(self) -> int:
         """What the process's trace files hold on disk now (its directory's files: events, GPU
