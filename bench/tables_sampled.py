@@ -7,6 +7,7 @@ import math
 import statistics
 from collections.abc import Callable
 
+import gpu_overhead
 from tables_common import RESULTS, markdown_table
 
 from rlscope.collect.sampling import SampleSpec
@@ -175,7 +176,83 @@ def long_runs() -> str:
                            "GPU MB, settled -> end", "dropped records"], rows)
 
 
-TABLES: dict[str, Callable[[], str]] = {"sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
+# bench/gpu_overhead.py compare's CSVs of the cost between windows, and how each was made (the
+# CSV holds the times, not the machine).
+BETWEEN_RUNS = {
+    "between_h200.csv": "`python bench/gpu_overhead.py compare --loops tiny sb3_ppo_cuda --modes sampled-between "
+                        "--rounds 5 --cores 0-7`, NVIDIA H200 (one of two; the other ran a long sampled run), "
+                        "2026-11-28, tree 603c938",
+    "between_nogpu_h200.csv": "`... --modes sampled-between-no-gpu sampled-between --rounds 4 --cores 0-7`, another "
+                              "NVIDIA H200, 2026-11-28, tree a7a33c4",
+}
+_BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached, every kind off)",
+                  "sampled-between-no-gpu": "the same without the GPU layer (CUPTI never attached)"}
+
+
+def between_cost() -> str:
+    """Per record, loop and mode of ``gpu_overhead.py``'s in-process comparison: the time per
+    iteration over the unprofiled segments beside it, median [range] over rounds (processes,
+    each the median over its groups, as ``gpu_overhead.summarize`` takes them), and per loop and
+    mode every round of the records together, with the median's 95% interval where there are
+    enough rounds (``median_interval95``)."""
+    import pandas as pd
+
+    from rlscope.calibrate.stats import median_interval95
+
+    rows: list[list] = []
+    pooled: dict[tuple[str, str], dict[tuple[str, int], list[float]]] = {}
+    for name, how in BETWEEN_RUNS.items():
+        for entry in gpu_overhead.summarize(pd.read_csv(SAMPLED / name).to_dict("records")):
+            for mode, label in _BETWEEN_MODES.items():
+                if mode not in entry:
+                    continue
+                low, high = entry[f"{mode}_range"]
+                rows.append([entry["loop"], label, f"{entry[mode]:.3f}x [{low:.3f}, {high:.3f}]", entry[f"{mode}_rounds"],
+                             how])
+        for row in pd.read_csv(SAMPLED / name).to_dict("records"):  # per round, as summarize takes it
+            pooled.setdefault((row["loop"], row["mode"]), {}).setdefault((name, row["round"]), []).append(
+                row["on_us"] / row["off_us"])
+    notes = []
+    for (loop, mode), by_round in sorted(pooled.items()):
+        ratios = [statistics.median(groups) for groups in by_round.values()]
+        interval = median_interval95(ratios)
+        notes.append(f"{loop}, {_BETWEEN_MODES[mode].split(' (')[0]}, every round of the records together: median "
+                     f"{statistics.median(ratios):.3f}x"
+                     + (f", its 95% interval [{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "")
+                     + f", range [{min(ratios):.3f}, {max(ratios):.3f}], {sum(r <= 1.05 for r in ratios)} of "
+                     f"{len(ratios)} rounds at or below 1.05x")
+    return markdown_table(["loop", "mode", "time per iteration over unprofiled segments, median [range]", "rounds",
+                           "run"], rows) + "".join(f"\n{note}.\n" for note in notes)
+
+
+def long_shares() -> str:
+    """Per long run held against full-trace references (``sampled_size.py long
+    --reference-rounds``): per share of at least 5% of the iteration in the references' median
+    (the profiler's own time left out of both), that median and the references' range, the long
+    run's estimate over all its windows with its 95% interval, and whether it is within max(0.5
+    points, 5% relative) and covered; and how many references are within that tolerance of their
+    own median."""
+    rows = []
+    for path in sorted(SAMPLED.glob("long_*.json")):
+        data = json.loads(path.read_text())
+        if "reference" not in data:
+            continue
+        ref = data["reference"]
+        for r in ref["agreement"]:
+            low, high = r["full_range"]
+            rows.append([data["workload"], data["gpu"], f"{data['windows']} windows, {data['wall_s'] / 60:.1f} min",
+                         f"{ref['rounds']} x {ref['steps']:,}", r["share"], f"{r['full']:.1%} [{low:.1%}, {high:.1%}]",
+                         f"{r['estimate']:.1%} [{r['low']:.1%}, {r['high']:.1%}]",
+                         "yes" if r["within_tolerance"] else "no", "yes" if r["covered"] else "no",
+                         f"{r['full_runs_within_tolerance']} of {ref['rounds']}"])
+    return markdown_table(["loop", "machine", "sampled run", "full references (iterations)", "operation / resources",
+                           "full traces: median [range]", "sampled run: estimate [95% interval]",
+                           "within max(0.5 points, 5%)", "interval covers it", "full traces within it of their median"],
+                          rows)
+
+
+TABLES: dict[str, Callable[[], str]] = {"sampled_between": between_cost, "sampled_long_shares": long_shares,
+                                        "sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
                                         "sampled_long": long_runs,
                                         "sampled_synthetic": synthetic_schedules,
                                         "sampled_synthetic_long": lambda: synthetic_schedules("synthetic_long.json"),

@@ -352,6 +352,17 @@ def test_a_trace_ahead_of_its_budget_pays_it_back_over_a_minute() -> None:
     assert catch_up_rate(100, 1e9, 30) == pytest.approx(MIN_RATE_SHARE * rate)  # far ahead: the floor
 
 
+def test_the_budget_counts_what_samples_json_will_list() -> None:
+    """samples.json is written at the end; its lists, a percent of a budgeted trace, are counted
+    entry by entry as the windows close: each entry's text and its comma, the brackets aside."""
+    from rlscope.collect.sampling import _compact, _json_bytes
+
+    windows = [[120, 1_000_000_000_000_000, 1_000_000_000_005_000, 18], [700, 2, 3, 18]]
+    calls = [[100, 5], [120, 1_000_000_000_000_000]]
+    for listed in (windows, calls, [500, 36_000]):
+        assert sum(_json_bytes(entry) for entry in listed) == len(_compact(listed)) - 1
+
+
 def test_the_budget_holds_the_whole_trace_start_up_included() -> None:
     """A loop of 10,000 iterations a second whose windows of 100 kB each are fully traced, one
     per 36,000 iterations at 100 MB an hour: the budget's block. A start-up that wrote 2 MB

@@ -62,6 +62,7 @@ from __future__ import annotations
 
 import collections
 import dataclasses
+import json
 import math
 import os
 import random
@@ -72,7 +73,7 @@ from typing import Any
 from rlscope import _hotpath
 from rlscope.collect.windows import LEVELS, LayerSwitch
 from rlscope.errors import RlscopeError
-from rlscope.files import write_json_atomic
+from rlscope.files import write_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
 __all__ = ["SampleSpec", "SampledWindows", "TraceBudget", "parse_sample", "window_starts", "budgeted_block",
@@ -242,6 +243,7 @@ class SampledWindows:
         self._budget = TraceBudget(spec, session.start_ns, self._trace_bytes)
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec.window, spec.block)  # as window_starts does
         self._iteration = 0  # steps seen so far
+        self._listed_bytes = 0  # what the windows, blocks and calls so far add to samples.json
         self._state = "start"  # start [-> warm-up] -> off -> settling -> measuring -> off ...; "stopped" after an error
         self._window_first = 0
         # Written now, so that a process killed before close() is still known to be sampled (its
@@ -266,11 +268,13 @@ class SampledWindows:
     def _next(self, start_ns: int, end_ns: int, iterations: int) -> int:
         self._iteration += iterations  # steps so far
         self.calls.append([self._iteration, end_ns])
+        self._listed_bytes += _json_bytes(self.calls[-1])
         if len(self.calls) == 1:
             self._budget.first_step(end_ns, self._iteration)
         if self._state == "measuring":
             self.windows.append([self._window_first, start_ns, end_ns, iterations])
             self.blocks.append(self._budget.block)
+            self._listed_bytes += _json_bytes(self.windows[-1]) + _json_bytes(self.blocks[-1])
         if self._state in ("start", "measuring"):
             self.switch.apply(_OFF)
             _hotpath.set_step_rows(False)
@@ -299,13 +303,16 @@ class SampledWindows:
     def _trace_bytes(self) -> int:
         """What the process's trace files hold on disk now (its directory's files: events, GPU
         rows, NVML's utilisation samples; XLA's dumps, written at compiles, are in a directory
-        below and not counted), or -1 where the directory cannot be read (the budget then
-        waits for a look that can)."""
+        below and not counted), with what ``samples.json`` will hold of the windows and calls so
+        far, which it gets only at the end (about 120 bytes a window, a percent of a budgeted
+        trace); -1 where the directory cannot be read (the budget then waits for a look that
+        can)."""
         try:
             with os.scandir(self.directory) as entries:
-                return sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
+                on_disk = sum(e.stat().st_size for e in entries if e.is_file(follow_symlinks=False))
         except OSError:
             return -1
+        return on_disk + self._listed_bytes
 
     def close(self, directory: Path) -> None:
         """Switch everything back on (a window open now is left out) and write the windows. A
@@ -322,8 +329,18 @@ class SampledWindows:
         self._write(directory, complete=True)
 
     def _write(self, directory: Path, complete: bool) -> None:
+        """``samples.json``, compact: it lists every window and switch of a run of hours."""
         switched = self.switch.annotations_switched
-        write_json_atomic(directory / SAMPLES_FILE, {
+        write_atomic(directory / SAMPLES_FILE, _compact({
             "spec": dataclasses.asdict(self.spec), "complete": complete, "stopped_by_error": self._state == "stopped",
             "annotations_switched": None if switched is None else bool(switched), "windows": self.windows,
-            "blocks": self.blocks, "calls": self.calls})
+            "blocks": self.blocks, "calls": self.calls}) + "\n")
+
+
+def _compact(value: Any) -> str:
+    return json.dumps(value, separators=(",", ":"), sort_keys=True)
+
+
+def _json_bytes(entry: Any) -> int:
+    """What one entry of a list adds to ``_compact``'s text: itself and a comma."""
+    return len(_compact(entry)) + 1
