@@ -213,6 +213,13 @@ def between_cost() -> str:
             pooled.setdefault((row["loop"], row["mode"]), {}).setdefault((name, row["round"]), []).append(
                 row["on_us"] / row["off_us"])
     notes = []
+    for loop in sorted({loop for loop, _ in pooled}):  # rounds that ran both: attached against never attached
+        attached, never = pooled.get((loop, "sampled-between"), {}), pooled.get((loop, "sampled-between-no-gpu"), {})
+        both = sorted(set(attached) & set(never))
+        if both:
+            more = sum(statistics.median(attached[r]) > statistics.median(never[r]) for r in both)
+            notes.append(f"{loop}, round by round where both ran: the session with CUPTI attached over the one "
+                         f"without it in {more} of {len(both)} rounds")
     for (loop, mode), by_round in sorted(pooled.items()):
         ratios = [statistics.median(groups) for groups in by_round.values()]
         interval = median_interval95(ratios)
