@@ -39,8 +39,9 @@ CUPTI attached), what a sampled session within its trace budget costs between it
 in-process where whole sampled processes against unprofiled ones are lost in the machine's noise
 (``docs/results/sampled.md``). A window's own cost is ``rlscope``'s (everything on) for the share
 of iterations windows hold; a session of a segment's length would not draw windows as a long run does.
-``sampled-between-no-gpu`` is the same session without the GPU layer, never attached to CUPTI:
-what is left of ``sampled-between`` without it is what an attached CUPTI with every kind off costs.
+``sampled-between-no-gpu`` is the same session without the GPU layer: never attached to CUPTI,
+and without the NVML utilisation sampler's thread; what ``sampled-between`` costs beyond it is
+what the GPU layer costs between windows (CUPTI attached with every kind off, and the sampler).
 ``kernels`` over ``floor`` and ``rlscope`` over ``floor-api`` are what rlscope adds to CUPTI's cost
 for the same kinds: the summary gives them per round (the modes of a round run one after another,
 so each pair shares the machine's state of the moment) as median [range] over rounds.
@@ -84,7 +85,7 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
     "kernels": ({"transitions": False, "gpu": "kernels"}, "callbacks"),
     # A sampled session whose warm-up outlasts the segment: what sampling costs between windows.
     "sampled-between": ({"sample": {"warmup": 2**62}}, "callbacks"),
-    # The same with no GPU layer, so never attached to CUPTI: what of it is CUPTI staying attached.
+    # The same with no GPU layer (no CUPTI, no NVML sampler): what of it is the GPU layer's.
     "sampled-between-no-gpu": ({"sample": {"warmup": 2**62}, "gpu": False}, "callbacks"),
 }
 # CUPTI's floor: a bare client's kinds (api: with the API callbacks) -> the rlscope mode it bounds.

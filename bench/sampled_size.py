@@ -211,7 +211,7 @@ def share_agreement(runs: list[dict[str, Any]]) -> list[dict[str, Any]]:
         if not pairs:  # no sampled run beside the full ones
             rows.append({"share": key, "rounds": 0})
             continue
-        within = [bool(abs(est[0] - full) <= max(0.005, 0.05 * full)) for full, est in pairs]
+        within = [within_tolerance(est[0], full) for full, est in pairs]
         covered = [bool(est[1] <= full <= est[2]) for full, est in pairs]
         half_widths = [(e[2] - e[1]) / 2 for _, e in pairs]  # NaN where a run's windows gave no interval
         rows.append({"share": key, "rounds": len(pairs), "full": statistics.median(f for f, _ in pairs),
@@ -339,37 +339,46 @@ def without_profiler(shares: dict[str, Any]) -> dict[str, Any]:
     time left out of the iteration: its rows dropped, the rest divided by what is left. A full
     trace writes its chunks on the training thread (``Kind.PROFILER_WRITE``, resources
     ``Profiler``), a share of the iteration the same loop sampled, whose windows rarely fill a
-    chunk, does not have; the loop's own shares are compared without it."""
+    chunk, does not have; the loop's own shares are compared without it. A profiler share that is
+    no number (a window-less estimate) counts as none."""
     def share_of(value: Any) -> float:
         return value[0] if isinstance(value, list) else value
 
-    profiler = sum(share_of(v) for k, v in shares.items() if "Profiler" in k.rpartition(" / ")[2])
-    scale = 1.0 / (1.0 - profiler) if profiler < 1 else float("nan")
+    def is_profiler(key: str) -> bool:
+        return "Profiler" in key.rpartition(" / ")[2]
+
+    profiler = sum(share for k, v in shares.items() if is_profiler(k) and math.isfinite(share := share_of(v)))
+    if profiler >= 1:
+        raise ValueError(f"the profiler's own time is {profiler:.0%} of the iteration: no loop time is left to share")
+    scale = 1.0 / (1.0 - profiler)
     return {k: ([x * scale for x in v] if isinstance(v, list) else v * scale)
-            for k, v in shares.items() if "Profiler" not in k.rpartition(" / ")[2]}
+            for k, v in shares.items() if not is_profiler(k)}
+
+
+def within_tolerance(estimate: float, full: float) -> bool:
+    """Issue 53's tolerance: within max(0.5 points, 5% relative) of the full trace's share."""
+    return bool(abs(estimate - full) <= max(0.005, 0.05 * full))
 
 
 def reference_agreement(estimates: dict[str, list[float]], references: list[dict[str, float]]) -> list[dict[str, Any]]:
     """Per share of at least MIN_SHARE in the full traces' median (the profiler's own time left
     out of both sides: ``without_profiler``): that median and the full traces' range, the long
-    run's estimate and interval, whether it is within max(0.5 points, 5% relative) of the median
-    and whether the interval covers it; and how many full traces are within that tolerance of
-    their median (where not all, the full runs themselves differ by more than the tolerance)."""
+    run's estimate and interval, whether it is within the tolerance of the median and whether
+    the interval covers it; and how many full traces are within the tolerance of their median."""
     estimates = without_profiler(estimates)
     references = [without_profiler(ref) for ref in references]
     keys = sorted({k for ref in references for k in ref})
     rows = []
     for key in keys:
-        values = [ref.get(key, 0.0) for ref in references]
-        full = statistics.median(values)
+        values = [float(ref.get(key, 0.0)) for ref in references]
+        full = float(statistics.median(values))
         if full < MIN_SHARE:
             continue
-        share, low, high = estimates.get(key, [0.0, float("nan"), float("nan")])
-        tolerance = max(0.005, 0.05 * full)
+        share, low, high = (float(x) for x in estimates.get(key, [0.0, math.nan, math.nan]))
         rows.append({"share": key, "full": full, "full_range": [min(values), max(values)], "estimate": share,
-                     "low": low, "high": high, "within_tolerance": bool(abs(share - full) <= tolerance),
+                     "low": low, "high": high, "within_tolerance": within_tolerance(share, full),
                      "covered": bool(low <= full <= high),
-                     "full_runs_within_tolerance": sum(abs(v - full) <= tolerance for v in values)})
+                     "full_runs_within_tolerance": sum(within_tolerance(v, full) for v in values)})
     return rows
 
 
@@ -377,16 +386,19 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
              args: list[str], reference_steps: int = 0, reference_rounds: int = 0) -> dict[str, Any]:
     """One sampled process for as long as ``steps`` takes (minutes to hours); its trace stays
     beside ``out`` (``out`` with ``.trace``), its timeline grows beside that as the run goes.
-    ``args``: the command line, kept in the record."""
+    Then ``reference_rounds`` fully traced processes of ``reference_steps``, one after another,
+    whose shares the run's estimates are held to (``reference_agreement``; their traces are
+    deleted once read). ``args``: the command line, kept in the record."""
     from run_record import gpu, host
 
     from rlscope.files import write_json_atomic
 
     machine = {"host": host(), "gpu": gpu()}
     trace = out.with_suffix(".trace")
-    if trace.exists():
-        raise SystemExit(f"{trace} exists: a long run's trace and timeline must be its own; remove it or choose "
-                         f"another --out")
+    for path in [trace] + [out.with_suffix(f".full{n}") for n in range(reference_rounds)]:
+        if path.exists():
+            raise SystemExit(f"{path} exists: a long run's traces and timelines must be its own; remove it or "
+                             f"choose another --out")
     command = [sys.executable, __file__, "one", workload, str(steps), "sampled", sample, str(trace), str(watch_s)]
     done = subprocess.run(command, capture_output=True, text=True)
     if done.returncode:
@@ -400,7 +412,6 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
         references = []
         for round_ in range(reference_rounds):
             full_trace = out.with_suffix(f".full{round_}")
-            shutil.rmtree(full_trace, ignore_errors=True)
             command = [sys.executable, __file__, "one", workload, str(reference_steps), "full", sample,
                        str(full_trace), str(watch_s)]
             done = subprocess.run(command, capture_output=True, text=True)

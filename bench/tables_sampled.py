@@ -186,7 +186,7 @@ BETWEEN_RUNS = {
                               "NVIDIA H200, 2026-11-28, tree a7a33c4",
 }
 _BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached, every kind off)",
-                  "sampled-between-no-gpu": "the same without the GPU layer (CUPTI never attached)"}
+                  "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)"}
 
 
 def between_cost() -> str:
@@ -202,14 +202,18 @@ def between_cost() -> str:
     rows: list[list] = []
     pooled: dict[tuple[str, str], dict[tuple[str, int], list[float]]] = {}
     for name, how in BETWEEN_RUNS.items():
-        for entry in gpu_overhead.summarize(pd.read_csv(SAMPLED / name).to_dict("records")):
+        records = pd.read_csv(SAMPLED / name).to_dict("records")
+        for entry in gpu_overhead.summarize(records):
             for mode, label in _BETWEEN_MODES.items():
                 if mode not in entry:
                     continue
                 low, high = entry[f"{mode}_range"]
                 rows.append([entry["loop"], label, f"{entry[mode]:.3f}x [{low:.3f}, {high:.3f}]", entry[f"{mode}_rounds"],
                              how])
-        for row in pd.read_csv(SAMPLED / name).to_dict("records"):  # per round, as summarize takes it
+        for row in records:  # per round, as summarize takes it
+            if row["mode"] not in _BETWEEN_MODES:
+                raise SystemExit(f"{SAMPLED / name}: mode {row['mode']!r} is not one this table shows "
+                                 f"({', '.join(_BETWEEN_MODES)})")
             pooled.setdefault((row["loop"], row["mode"]), {}).setdefault((name, row["round"]), []).append(
                 row["on_us"] / row["off_us"])
     notes = []

@@ -336,9 +336,11 @@ def test_the_budget_draws_from_the_block_that_keeps_the_trace_within_it() -> Non
     spec = parse_sample("window=20,block=500,budget=100")
     # 100 MB an hour of 100 kB windows is 1,000 windows an hour; at 10,000 iterations a second,
     # one window per 36,000 iterations
-    assert budgeted_block(spec, 1e5, 1e4) == 36_000
-    assert budgeted_block(spec, 10.0, 1e4) == 500  # never below the block asked for
-    assert budgeted_block(parse_sample("budget=0"), 1e5, 1e4) == 500  # no bound
+    rate = 100e6 / 3600
+    assert budgeted_block(spec, 1e5, 1e4, rate) == 36_000
+    assert budgeted_block(spec, 1e5, 1e4, rate / 2) == 72_000  # half the rate: windows half as often
+    assert budgeted_block(spec, 10.0, 1e4, rate) == 500  # never below the block asked for
+    assert budgeted_block(parse_sample("budget=0"), 1e5, 1e4, rate) == 500  # no bound
 
 
 def test_a_trace_ahead_of_its_budget_pays_it_back_over_a_minute() -> None:
@@ -361,6 +363,19 @@ def test_the_budget_counts_what_samples_json_will_list() -> None:
     calls = [[100, 5], [120, 1_000_000_000_000_000]]
     for listed in (windows, calls, [500, 36_000]):
         assert sum(_json_bytes(entry) for entry in listed) == len(_compact(listed)) - 1
+
+
+def test_an_unreadable_trace_directory_keeps_the_block_until_a_look_can_read_it() -> None:
+    from rlscope.collect.sampling import BUDGET_CHECK_S, TraceBudget
+
+    spec = parse_sample("window=20,block=500,budget=100")
+    size = [0]
+    budget = TraceBudget(spec, start_ns=0, trace_bytes=lambda: size[0])
+    budget.first_step(now_ns=0, steps=0)
+    size[0] = -1  # e.g. the directory moved away for a moment
+    assert budget.after_window(int(BUDGET_CHECK_S * 1e9), windows=1, steps=10_000) == spec.block
+    size[0] = 10_000_000  # readable again, far over the budget: the look that can read it counts
+    assert budget.after_window(int(2 * BUDGET_CHECK_S * 1e9), windows=2, steps=20_000) > spec.block
 
 
 def test_the_budget_holds_the_whole_trace_start_up_included() -> None:

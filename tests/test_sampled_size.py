@@ -6,6 +6,8 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 _PATH = Path(__file__).resolve().parents[1] / "bench" / "sampled_size.py"
 _spec = importlib.util.spec_from_file_location("sampled_size", _PATH)
 sampled_size = importlib.util.module_from_spec(_spec)
@@ -45,7 +47,12 @@ def test_the_profiler_s_own_writes_are_left_out_of_both_sides() -> None:
     full = {"sim / Python": 0.40, "inference / GPU": 0.40, "sim / Profiler": 0.20}
     assert sampled_size.without_profiler(full) == {"sim / Python": 0.5, "inference / GPU": 0.5}
     sampled = {"sim / Python": [0.45, 0.40, 0.50], "sim / Profiler": [0.10, 0.05, 0.15]}
-    assert sampled_size.without_profiler(sampled)["sim / Python"] == [0.5, 0.40 / 0.9, 0.50 / 0.9]
+    assert sampled_size.without_profiler(sampled)["sim / Python"] == pytest.approx([0.5, 0.40 / 0.9, 0.50 / 0.9])
+    assert sampled_size.without_profiler({"sim / Python": 0.4}) == {"sim / Python": 0.4}  # nothing to leave out
+    no_interval = {"sim / Python": [0.45, math.nan, math.nan], "sim / Profiler": [math.nan, math.nan, math.nan]}
+    assert sampled_size.without_profiler(no_interval)["sim / Python"][0] == 0.45  # a NaN profiler share is none
+    with pytest.raises(ValueError, match="no loop time"):
+        sampled_size.without_profiler({"sim / Profiler": 1.0})
 
 
 def test_a_long_run_s_estimates_are_held_to_the_median_of_its_full_references() -> None:

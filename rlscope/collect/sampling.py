@@ -31,13 +31,13 @@ the first ``rlscope.step()`` included) are held to ``budget`` MB per hour since 
 ``BUDGET_CHECK_S``, at a window's end, the bytes written and the windows closed over the last
 ``BUDGET_SPAN_S`` or so give a window's size, and with the step rate over the same span, the next
 gap is drawn from the block whose windows write at the rate ``catch_up_rate`` allows: the
-budget's rate less what the trace is ahead of the budget so far, paid back over
-``BUDGET_CATCH_UP_S`` (never below ``MIN_RATE_SHARE`` of the budget, never above it, and never a
-block below ``block``). The whole trace's size is what is held, not a recent rate: the bytes on
-disk trail the events by the time-bound writes' interval (about a second), so the first second's
-windows are drawn from ``block`` whatever they write, and a start-up traced whole may alone be more
-than the budget's first minute; both are paid back by drawing from larger blocks afterwards, and
-a run shorter than its start-up's share of the budget may get no window. Iterations are measured
+budget's rate less what the trace is ahead of the budget so far over ``BUDGET_CATCH_UP_S``
+(never below ``MIN_RATE_SHARE`` of the budget, never above it, and never a block below
+``block``). The whole trace's size is what is held, not a recent rate: the bytes on disk trail
+the events by the time-bound writes' interval (about a second), so the first second's windows
+are drawn from ``block`` whatever they write, and a start-up traced whole may alone be more than
+the budget's first minute; both are paid back by drawing from larger blocks afterwards, which
+takes a minute or more, with few windows meanwhile. Iterations are measured
 with a probability that changes over the run, ``(window - settle) / block``, so each window
 counts in proportion to the block its gap was drawn from (``blocks`` in ``samples.json``;
 ``rlscope.analyze.sampled`` weights by it).
@@ -161,14 +161,12 @@ def catch_up_rate(budget_mb_per_h: float, written_bytes: float, elapsed_s: float
     return min(rate, max(MIN_RATE_SHARE * rate, rate - ahead / BUDGET_CATCH_UP_S))
 
 
-def budgeted_block(spec: SampleSpec, window_bytes: float, iterations_per_s: float,
-                   bytes_per_s: float | None = None) -> int:
-    """The block whose windows, each ``window_bytes`` long, write ``bytes_per_s`` (by default
-    ``spec.budget``'s rate) in a loop of ``iterations_per_s``; never below ``spec.block``."""
-    if spec.budget <= 0 or window_bytes <= 0 or iterations_per_s <= 0:
+def budgeted_block(spec: SampleSpec, window_bytes: float, iterations_per_s: float, bytes_per_s: float) -> int:
+    """The block whose windows, each ``window_bytes`` long, write ``bytes_per_s`` in a loop of
+    ``iterations_per_s``; never below ``spec.block`` (nor with no budget)."""
+    if spec.budget <= 0 or window_bytes <= 0 or iterations_per_s <= 0 or bytes_per_s <= 0:
         return spec.block
-    rate = spec.budget * 1e6 / 3600 if bytes_per_s is None else bytes_per_s
-    windows_per_s = rate / window_bytes
+    windows_per_s = bytes_per_s / window_bytes
     return max(spec.block, math.ceil(iterations_per_s / windows_per_s))
 
 
@@ -190,6 +188,7 @@ class TraceBudget:
         self._looks: collections.deque[tuple[int, int, int, int]] = collections.deque()
 
     def first_step(self, now_ns: int, steps: int) -> None:
+        """The first look, at the first ``rlscope.step()``: where the step rate is measured from."""
         self._looks.append((now_ns, self._trace_bytes(), 0, steps))
 
     def after_window(self, now_ns: int, windows: int, steps: int) -> int:
@@ -198,6 +197,8 @@ class TraceBudget:
         if self.spec.budget <= 0 or not self._looks or now_ns - self._looks[-1][0] < BUDGET_CHECK_S * 1e9:
             return self.block
         size = self._trace_bytes()
+        if size < 0:  # the directory unreadable just now: the next look tries again
+            return self.block
         while len(self._looks) > 1 and now_ns - self._looks[1][0] >= BUDGET_SPAN_S * 1e9:
             self._looks.popleft()
         then, size_then, windows_then, steps_then = self._looks[0]
