@@ -43,8 +43,11 @@ def jax_scopes_shares() -> str:
         off = [f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"])] \
             if graphs_off else []
         rows.append([scope, f"{r['precise']:.1%}", f"{r['scopes']:.1%}", _difference(r["scopes_relative_difference"]),
-                     *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
+                     f"{(r['scopes'] - r['precise']) * 100:+.1f}", *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
                      "yes" if r["goal_applies"] else "no"])
+    goal = [r for r in over["scopes"].values() if r["goal_applies"]]
+    relative = max(abs(r["scopes_relative_difference"]) for r in goal)
+    points = max(abs(r["scopes"] - r["precise"]) for r in goal) * 100
     total = sum(a["matches_default"].values())
     matches = ", ".join(f"{k} {v / total:.1%}" for k, v in sorted(a["matches_default"].items(), key=lambda kv: -kv[1]))
     durations = a["kernel_durations"]
@@ -54,10 +57,12 @@ def jax_scopes_shares() -> str:
     return (_caption(data)
             + f"Shares: mean over {over['rounds']} rounds, one process per mode per round; the last three "
               f"columns are round 0's precise trace alone, joined by XLA's ranges and by name.\n\n"
-            + markdown_table(["scope", "precise mode", "default mode", "vs precise",
+            + markdown_table(["scope", "precise mode", "default mode", "vs precise", "vs precise (points)",
                               *(["default mode, CUDA graphs off", "vs precise"] if graphs_off else []),
                               "round 0's precise trace: by ranges", "by name", "vs ranges", "share >= 5%"], rows)
-            + f"\n\nRound 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
+            + f"\n\nOver the scopes of at least 5% of the step, the default mode is at most {relative:.1%} from the "
+              f"precise mode relative to each scope's share, and at most {points:.1f} points of the step.\n\n"
+              f"Round 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
               f"matched them: {matches}. Kernel by kernel over the timed iterations, the two traces launch "
               f"{a['step_kernels'][0]:,} and {a['step_kernels'][1]:,} kernels, "
