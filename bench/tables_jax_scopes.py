@@ -43,7 +43,7 @@ def jax_scopes_shares() -> str:
         off = [f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"])] \
             if graphs_off else []
         rows.append([scope, f"{r['precise']:.1%}", f"{r['scopes']:.1%}", _difference(r["scopes_relative_difference"]),
-                     f"{(r['scopes'] - r['precise']) * 100:+.1f}", *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
+                     f"{(r['scopes'] - r['precise']) * 100 + 0.0:+.1f}".replace("-0.0", "+0.0"), *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
                      "yes" if r["goal_applies"] else "no"])
     goal = [r for r in over["scopes"].values() if r["goal_applies"]]
     relative = max(abs(r["scopes_relative_difference"]) for r in goal)
@@ -60,7 +60,7 @@ def jax_scopes_shares() -> str:
             + markdown_table(["scope", "precise mode", "default mode", "vs precise", "vs precise (points)",
                               *(["default mode, CUDA graphs off", "vs precise"] if graphs_off else []),
                               "round 0's precise trace: by ranges", "by name", "vs ranges", "share >= 5%"], rows)
-            + f"\n\nOver the scopes of at least 5% of the step, the default mode is at most {relative:.1%} from the "
+            + f"\n\nOver the scopes of at least 5% of the step (in either mode), the default mode is at most {relative:.1%} from the "
               f"precise mode relative to each scope's share, and at most {points:.1f} points of the step.\n\n"
               f"Round 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "

@@ -56,8 +56,9 @@ def size_and_cost(record: str = "size_gym_numpy_cpu.json") -> str:
         rows.append([mode, f"{r['over_off']:.2f}x [{low:.2f}, {high:.2f}]", f"{r['wall_s']:.2f}",
                      f"{r['bytes_per_iteration']:.1f}", f"{r['mb_per_hour']:,.0f}",
                      "run too short" if math.isnan(late) else f"{late:,.0f}", f"{r['max_rss_mb']:.0f}"])
+    tree = data.get("tree") or data.get("host", {}).get("commit", "")
     caption = (f"{data['workload']}, {data['steps']:,} iterations, {data['rounds']} rounds, "
-               f"sample {data['sample']}\n\n")
+               f"sample {data['sample']}" + (f", tree {tree}" if tree else "") + "\n\n")
     table = markdown_table(["mode", "time over unprofiled", "seconds", "trace bytes per iteration",
                             "trace MB per hour of this loop", "the same over the run's second half",
                             "peak memory (MiB)"], rows)
@@ -185,7 +186,8 @@ BETWEEN_RUNS = {
     "between_nogpu_h200.csv": "`... --modes sampled-between-no-gpu sampled-between --rounds 4 --cores 0-7`, another "
                               "NVIDIA H200, 2026-11-28, tree a7a33c4",
 }
-_BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached, every kind off)",
+_BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached with every kind off, "
+                                     "NVML sampler running)",
                   "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)"}
 
 
@@ -222,8 +224,8 @@ def between_cost() -> str:
         both = sorted(set(attached) & set(never))
         if both:
             more = sum(statistics.median(attached[r]) > statistics.median(never[r]) for r in both)
-            notes.append(f"{loop}, round by round where both ran: the session with CUPTI attached over the one "
-                         f"without it in {more} of {len(both)} rounds")
+            notes.append(f"{loop}, round by round where both ran: the session with the GPU layer cost more than "
+                         f"the one without it in {more} of {len(both)} rounds")
     for (loop, mode), by_round in sorted(pooled.items()):
         ratios = [statistics.median(groups) for groups in by_round.values()]
         interval = median_interval95(ratios)
@@ -243,12 +245,13 @@ def long_shares() -> str:
     run's estimate over all its windows with its 95% interval, and whether it is within max(0.5
     points, 5% relative) and covered; and how many references are within that tolerance of their
     own median."""
-    rows = []
+    rows, by_run = [], []
     for path in sorted(SAMPLED.glob("long_*.json")):
         data = json.loads(path.read_text())
         if "reference" not in data:
             continue
         ref = data["reference"]
+        by_run.append((f"{data['workload']} on {data['gpu']}", ref["agreement"]))
         for r in ref["agreement"]:
             low, high = r["full_range"]
             rows.append([data["workload"], data["gpu"], f"{data['windows']} windows, {data['wall_s'] / 60:.1f} min",
@@ -256,10 +259,14 @@ def long_shares() -> str:
                          f"{r['estimate']:.1%} [{r['low']:.1%}, {r['high']:.1%}]",
                          "yes" if r["within_tolerance"] else "no", "yes" if r["covered"] else "no",
                          f"{r['full_runs_within_tolerance']} of {ref['rounds']}"])
+    counts = [f"{data_workload}: {within} of {len(r)} estimates within the tolerance, {covered} of {len(r)} "
+              f"intervals covering the full traces' median"
+              for data_workload, r in by_run
+              for within, covered in [(sum(x["within_tolerance"] for x in r), sum(x["covered"] for x in r))]]
     return markdown_table(["loop", "machine", "sampled run", "full references (iterations)", "operation / resources",
                            "full traces: median [range]", "sampled run: estimate [95% interval]",
                            "within max(0.5 points, 5%)", "interval covers it", "full traces within it of their median"],
-                          rows)
+                          rows) + "".join(f"\n{line}.\n" for line in counts)
 
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_between": between_cost, "sampled_long_shares": long_shares,
