@@ -37,10 +37,10 @@ budget's rate less what the trace is ahead of the budget so far over ``BUDGET_CA
 the events by the time-bound writes' interval (about a second), so the first second's windows
 are drawn from ``block`` whatever they write, and a start-up traced whole may alone be more than
 the budget's first minute; both are paid back by drawing from larger blocks afterwards, which
-takes a minute or more, with few windows meanwhile. Iterations are measured
-with a probability that changes over the run, ``(window - settle) / block``, so each window
-counts in proportion to the block its gap was drawn from (``blocks`` in ``samples.json``;
-``rlscope.analyze.sampled`` weights by it).
+takes a minute or more, with few windows meanwhile. Iterations are measured with a probability
+that changes over the run, ``(window - settle) / block``, so each window counts in proportion to
+the block its gap was drawn from (``blocks`` in ``samples.json``; ``rlscope.analyze.sampled``
+weights by it).
 
 Between windows the layers are off as in calibration's ``off`` level (``rlscope.collect.windows``):
 annotations are no-ops, the transition hooks are out and CUPTI records nothing, but stays
@@ -77,8 +77,7 @@ from rlscope.files import write_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
 __all__ = ["SampleSpec", "SampledWindows", "TraceBudget", "parse_sample", "window_starts", "budgeted_block",
-           "catch_up_rate",
-           "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE"]
+           "catch_up_rate", "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
