@@ -2,7 +2,7 @@
 framework's own profiler, alternating inside each process, several processes (rounds).
 
     python bench/gpu_overhead.py compare [--loops tiny sb3_ppo_cuda jax_loop] [--rounds 5] \\
-        [--modes rlscope profiler] [--cores 2,3] [--out gpu_overhead.csv] [--work DIR]
+        [--modes rlscope profiler] [--cores 2,3] [--out gpu_overhead.csv] [--tree COMMIT] [--work DIR]
     python bench/gpu_overhead.py run LOOP MODE STEPS OUT_DIR      one process, one JSON line
     python bench/gpu_overhead.py summary CSV [CSV ...]             the summary of compare's CSVs
 
@@ -281,10 +281,25 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
+def provenance(tree: str | None) -> dict[str, Any]:
+    """What a compare CSV was made on and with: host, GPU, the command and the commit of the code
+    (``tree`` where the machine's git metadata lags, as a lent machine's does). Asked once, before
+    the timed runs."""
+    from run_record import gpu, host
+
+    machine = host()
+    return {"host": machine, "gpu": gpu(), "tree": tree or machine["commit"],
+            "command": " ".join(["python bench/gpu_overhead.py", *sys.argv[1:]])}
+
+
 def compare(args: argparse.Namespace) -> None:
     import pandas as pd
 
+    from rlscope.files import write_json_atomic
+
     args.work.mkdir(parents=True, exist_ok=True)
+    if args.out is not None:  # beside the CSV, which holds the times only
+        write_json_atomic(args.out.with_suffix(".json"), provenance(args.tree))
     pin = ["taskset", "-c", args.cores] if args.cores and shutil.which("taskset") else []
     rows: list[dict[str, Any]] = []
     modes = tuple(args.modes)
@@ -382,7 +397,9 @@ def main() -> None:
     many.add_argument("--segment-ms", type=float, default=None, help="segment length (default: per loop)")
     many.add_argument("--cores", default="2,3", help="taskset core list for every process ('' to not pin)")
     many.add_argument("--timeout", type=float, default=600.0, help="seconds one process may take")
-    many.add_argument("--out", type=Path, default=None, help="CSV of every group's times per iteration")
+    many.add_argument("--out", type=Path, default=None,
+                      help="CSV of every group's times per iteration (and OUT.json: where and how it ran)")
+    many.add_argument("--tree", default=None, help="the commit that ran, where the machine's git metadata lags")
     many.add_argument("--work", type=Path, default=Path("/tmp/rlscope_gpu_overhead"), help="traces go here")
     again = commands.add_parser("summary", help="the summary of CSVs written by compare --out, together")
     again.add_argument("csv", nargs="+", type=Path)

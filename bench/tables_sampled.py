@@ -177,15 +177,8 @@ def long_runs() -> str:
                            "GPU MB, settled -> end", "dropped records"], rows)
 
 
-# bench/gpu_overhead.py compare's CSVs of the cost between windows, and how each was made (the
-# CSV holds the times, not the machine).
-BETWEEN_RUNS = {
-    "between_h200.csv": "`python bench/gpu_overhead.py compare --loops tiny sb3_ppo_cuda --modes sampled-between "
-                        "--rounds 5 --cores 0-7`, NVIDIA H200 (one of two; the other ran a long sampled run), "
-                        "2026-11-28, tree 603c938",
-    "between_nogpu_h200.csv": "`... --modes sampled-between-no-gpu sampled-between --rounds 4 --cores 0-7`, another "
-                              "NVIDIA H200, 2026-11-28, tree a7a33c4",
-}
+# bench/gpu_overhead.py compare's CSVs of the cost between windows, each with its OUT.json beside it
+BETWEEN_RUNS = ("between_h200.csv", "between_nogpu_h200.csv")
 _BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached with every kind off, "
                                      "NVML sampler running)",
                   "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)"}
@@ -203,7 +196,10 @@ def between_cost() -> str:
 
     rows: list[list] = []
     pooled: dict[tuple[str, str], dict[tuple[str, int], list[float]]] = {}
-    for name, how in BETWEEN_RUNS.items():
+    for name in BETWEEN_RUNS:
+        made = json.loads((SAMPLED / name).with_suffix(".json").read_text())
+        how = (f"`{made['command']}`, {made['gpu']}, {made['host']['date']}, tree {made['tree']}"
+               + (f"; {made['note']}" if made.get("note") else ""))
         records = pd.read_csv(SAMPLED / name).to_dict("records")
         for entry in gpu_overhead.summarize(records):
             for mode, label in _BETWEEN_MODES.items():
