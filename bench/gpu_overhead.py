@@ -281,25 +281,16 @@ def summarize(rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
     return summary
 
 
-def provenance(tree: str | None) -> dict[str, Any]:
-    """What a compare CSV was made on and with: host, GPU, the command and the commit of the code
-    (``tree`` where the machine's git metadata lags, as a lent machine's does). Asked once, before
-    the timed runs."""
-    from run_record import gpu, host
-
-    machine = host()
-    return {"host": machine, "gpu": gpu(), "tree": tree or machine["commit"],
-            "command": " ".join(["python bench/gpu_overhead.py", *sys.argv[1:]])}
-
-
 def compare(args: argparse.Namespace) -> None:
     import pandas as pd
+
+    from run_record import provenance
 
     from rlscope.files import write_json_atomic
 
     args.work.mkdir(parents=True, exist_ok=True)
     if args.out is not None:  # beside the CSV, which holds the times only
-        write_json_atomic(args.out.with_suffix(".json"), provenance(args.tree))
+        write_json_atomic(args.out.with_suffix(".json"), provenance("gpu_overhead.py", sys.argv[1:], args.tree))
     pin = ["taskset", "-c", args.cores] if args.cores and shutil.which("taskset") else []
     rows: list[dict[str, Any]] = []
     modes = tuple(args.modes)

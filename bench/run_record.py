@@ -13,7 +13,7 @@ import subprocess
 from pathlib import Path
 from typing import Any
 
-__all__ = ["host", "gpu", "write"]
+__all__ = ["host", "gpu", "provenance", "write"]
 
 _REPO = Path(__file__).resolve().parents[1]
 
@@ -65,3 +65,12 @@ def write(path: Path, record: dict[str, Any]) -> None:
     """``record`` with :func:`host` under ``"host"``, as indented JSON at ``path``."""
     path.parent.mkdir(parents=True, exist_ok=True)
     path.write_text(json.dumps({"host": host(), **record}, indent=1) + "\n")
+
+
+def provenance(script: str, args: list[str], tree: str | None) -> dict[str, Any]:
+    """Where and with what a record was made: host, GPU, the command (``python bench/SCRIPT
+    ARGS``) and the commit of the code that ran (``tree`` where the machine's git metadata lags, as
+    a lent machine's does: it is sent a working tree). Asked once, before the timed runs."""
+    machine = host()
+    return {"host": machine, "gpu": gpu(), "tree": tree or machine["commit"],
+            "command": " ".join([f"python bench/{script}", *args])}

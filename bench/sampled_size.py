@@ -327,13 +327,6 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
         "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
 
 
-def warmup_of(sample: str) -> int:
-    """The warm-up iterations of a sample spec: left out of the full traces' shares as well."""
-    from rlscope.collect.sampling import parse_sample
-
-    return parse_sample(sample).warmup
-
-
 def without_profiler(shares: dict[str, Any]) -> dict[str, Any]:
     """Shares (``operation / resources`` -> a share, or [share, low, high]) with the profiler's own
     time left out of the iteration: its rows dropped, the rest divided by what is left. A full
@@ -389,11 +382,14 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
     Then ``reference_rounds`` fully traced processes of ``reference_steps``, one after another,
     whose shares the run's estimates are held to (``reference_agreement``; their traces are
     deleted once read). ``args``: the command line, kept in the record."""
-    from run_record import gpu, host
+    from run_record import provenance
 
+    from rlscope.collect.sampling import parse_sample
     from rlscope.files import write_json_atomic
 
-    machine = {"host": host(), "gpu": gpu()}
+    made = provenance("sampled_size.py", args, tree)
+    machine = {"host": made["host"], "gpu": made["gpu"]}
+    warmup = parse_sample(sample).warmup  # left out of the full traces' shares as well
     trace = out.with_suffix(".trace")
     for path in [trace] + [out.with_suffix(f".full{n}") for n in range(reference_rounds)]:
         if path.exists():
@@ -404,9 +400,9 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
     if done.returncode:
         raise SystemExit(f"{workload} long run failed:\n{done.stderr[-3000:]}")
     record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
-    estimates = shares(trace, "sampled", warmup_of(sample))  # over all its windows, one phase
-    record |= {"tree": tree or machine["host"]["commit"], "command": " ".join(["python bench/sampled_size.py", *args]),
-               "estimates": estimates["shares"], "estimated_windows": estimates["windows"]}
+    estimates = shares(trace, "sampled", warmup)  # over all its windows, one phase
+    record |= {"tree": made["tree"], "command": made["command"], "estimates": estimates["shares"],
+               "estimated_windows": estimates["windows"]}
     write_json_atomic(out, record)
     if reference_rounds:
         references = []
@@ -417,7 +413,7 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
             done = subprocess.run(command, capture_output=True, text=True)
             if done.returncode:
                 raise SystemExit(f"{workload} full reference {round_} failed:\n{done.stderr[-3000:]}")
-            references.append(shares(full_trace, "full", warmup_of(sample))["shares"])
+            references.append(shares(full_trace, "full", warmup)["shares"])
             shutil.rmtree(full_trace)  # gigabytes an hour: its shares are what is kept
             print(f"reference {round_ + 1} of {reference_rounds} done", flush=True)
         record["reference"] = {"steps": reference_steps, "rounds": reference_rounds, "shares": references,

@@ -137,8 +137,10 @@ def test_sampled_between_sessions_are_sampled_and_open_no_window(tmp_path: Path,
 
 
 def test_a_compare_csv_gets_where_and_how_it_ran_beside_it(tmp_path) -> None:
-    made = gpu_overhead.provenance("abc1234")
+    from run_record import provenance
+
+    made = provenance("gpu_overhead.py", ["compare", "--rounds", "5"], "abc1234")
     assert made["tree"] == "abc1234"  # the code sent, where the machine's git metadata lags
-    assert made["command"].startswith("python bench/gpu_overhead.py")
+    assert made["command"] == "python bench/gpu_overhead.py compare --rounds 5"
     assert {"cpu", "cores", "date"} <= set(made["host"]) and isinstance(made["gpu"], str)
-    assert gpu_overhead.provenance(None)["tree"] == made["host"]["commit"]
+    assert provenance("gpu_overhead.py", [], None)["tree"] == made["host"]["commit"]
