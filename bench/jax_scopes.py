@@ -11,7 +11,10 @@ off), rotated so that each mode goes first in turn; each process
 reports its own seconds per training iteration after two that compile. The record holds, per
 mode, every round's time and their median, and per round the scopes-over-prof ratio (so both
 sides share the round's machine state), summarised as median [min, max] over rounds.
-``--modes`` times fewer modes (scopes and precise always run). ``--out`` is written after each
+``--modes`` times fewer modes (scopes and precise always run). ``--cost-only`` runs the modes named
+and nothing else (no traces joined): more rounds of ``--jax-scopes`` against ``rlscope prof`` for
+the same device time, with the median ratio's distribution-free 95% interval over the rounds
+(six or more). ``--out`` is written after each
 round (``rounds_done``), so a bench stopped part way keeps what it finished. ``--traces DEFAULT
 PRECISE`` times nothing and writes the attribution of two traces recorded already (e.g. with
 ``rlscope prof --no-analyze --jax-scopes[=precise]`` on the same workload), for the join's
@@ -40,6 +43,7 @@ import argparse
 import importlib.metadata
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -51,6 +55,7 @@ REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
 from bench.run_record import gpu, host, write  # noqa: E402
+from rlscope.calibrate.stats import median_interval95  # noqa: E402
 from experiments.casestudies.jitted_ppo import WARM_UP  # noqa: E402
 from rlscope.analyze.attribution import attribute_gpu  # noqa: E402
 from rlscope.analyze.hlo_join import AMBIGUOUS, UNMATCHED  # noqa: E402
@@ -218,10 +223,13 @@ def _record(args: argparse.Namespace, setting: dict[str, Any], times: dict[str, 
         "iteration_s_median": {mode: statistics.median(v) for mode, v in times.items()},
     }
     if "prof" in times:
-        for mode in ("scopes", "precise"):
+        for mode in (m for m in ("scopes", "precise") if m in times):
             ratios = [row[mode] / row["prof"] for row in rounds]
             record[f"{mode}_over_prof"] = {"median": statistics.median(ratios), "min": min(ratios),
-                                           "max": max(ratios), "rounds": ratios}
+                                           "max": max(ratios), "interval95": median_interval95(ratios),
+                                           "rounds": ratios}
+    if args.cost_only:
+        return record
     return {**record, "attribution": attributed, "shares_by_round": shares_by_round,
             "shares_over_rounds": shares_over_rounds(shares_by_round)}
 
@@ -234,6 +242,9 @@ def main() -> None:
     parser.add_argument("--iterations", type=int, default=20)
     parser.add_argument("--modes", nargs="+", choices=list(MODES), default=list(MODES),
                         help="modes to time each round (scopes and precise are always run: the attribution needs them)")
+    parser.add_argument("--tree", default=None, help="the commit that ran, where the machine's git metadata lags")
+    parser.add_argument("--cost-only", action="store_true",
+                        help="time the modes named and nothing else (needs prof and scopes among them)")
     parser.add_argument("--out", type=Path, default=None)
     parser.add_argument("--work", type=Path, default=None, help="keep the traces here")
     parser.add_argument("--traces", type=Path, nargs=2, metavar=("DEFAULT", "PRECISE"), default=None,
@@ -253,11 +264,13 @@ def main() -> None:
         if args.out:
             write(args.out, record)
         return
+    if args.cost_only and not {"prof", "scopes"} <= set(args.modes):
+        parser.error("--cost-only times --jax-scopes against rlscope prof: name both in --modes")
     work = args.work or Path(tempfile.mkdtemp(prefix="jax_scopes_"))
-    modes = [m for m in MODES if m in args.modes or m in ATTRIBUTION_MODES]
+    modes = [m for m in MODES if m in args.modes or (m in ATTRIBUTION_MODES and not args.cost_only)]
     times: dict[str, list[float]] = {mode: [] for mode in modes}
     rounds: list[dict[str, float]] = []
-    setting = _setting()
+    setting = _setting() | ({"tree": args.tree} if args.tree else {})
     attributed: dict[str, Any] = {}
     shares_by_round: list[dict[str, dict[str, float]]] = []
     for r in range(args.rounds):
@@ -265,6 +278,14 @@ def main() -> None:
             times[mode].append(run(mode, args, work / f"{mode}{r}"))
             print(f"round {r} {mode}: {times[mode][-1] * 1e3:.2f} ms/iteration", file=sys.stderr, flush=True)
         rounds.append({mode: times[mode][-1] for mode in modes})
+        for mode in modes:  # gigabytes over many rounds; only the timing is kept
+            if args.cost_only and args.work is None:
+                shutil.rmtree(work / f"{mode}{r}", ignore_errors=True)
+        if args.cost_only:
+            record = _record(args, setting, times, rounds, attributed, shares_by_round)
+            if args.out:
+                write(args.out, record)
+            continue
         tables = {}
         for mode in (m for m in SHARE_MODES if m in modes):
             (_, found) = kernel_tables(work / f"{mode}{r}", both=mode == "precise" and r == 0)

@@ -291,6 +291,35 @@ def test_an_install_without_cuda_headers_still_profiles(tmp_path, monkeypatch):
     assert proc.meta["complete"]
 
 
+def test_the_activity_buffer_size_is_the_sessions_unless_the_environment_sets_one(monkeypatch, tmp_path):
+    from rlscope.collect.session import Session
+    from rlscope.collect.sampling import parse_sample
+
+    monkeypatch.delenv(cupti.ENV_BUFFER_KIB, raising=False)
+    assert Session(tmp_path).buffer_bytes == cupti.FULL_BUFFER_BYTES
+    assert Session(tmp_path, sample=parse_sample(True)).buffer_bytes == cupti.SAMPLED_BUFFER_BYTES
+    monkeypatch.setenv(cupti.ENV_BUFFER_KIB, "1024")
+    assert Session(tmp_path, sample=parse_sample(True)).buffer_bytes == 1 << 20
+
+
+@pytest.mark.parametrize("value", ["big", "0", "-4", "2.5", str(2 << 20)])
+def test_a_bad_activity_buffer_size_is_one_clear_error(monkeypatch, tmp_path, value):
+    monkeypatch.setenv(cupti.ENV_BUFFER_KIB, value)
+    with pytest.raises(RlscopeError, match=f"RLSCOPE_CUPTI_BUFFER_KIB={value!r}: expected .* in KiB"):
+        cupti.buffer_bytes_from_env(cupti.FULL_BUFFER_BYTES)
+    assert not list(tmp_path.iterdir())
+
+
+def test_rlscope_prof_refuses_a_bad_activity_buffer_size_before_running(tmp_path):
+    import subprocess
+
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(tmp_path / "t"), "--",
+                           sys.executable, "-c", "open('ran', 'w')"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**__import__("os").environ, cupti.ENV_BUFFER_KIB: "lots"})
+    assert done.returncode != 0 and "Traceback" not in done.stderr
+    assert "RLSCOPE_CUPTI_BUFFER_KIB='lots'" in done.stderr and not (tmp_path / "ran").exists()
+
+
 def test_hidden_gpus_are_reported(monkeypatch):
     monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "")
     assert "hides every GPU" in nvidia.gpu_unavailable_reason()

@@ -200,6 +200,7 @@ def test_rlscope_prof_refuses_a_bad_sample_spec_in_one_line(tmp_path: Path) -> N
 def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from rlscope.analyze.attribution import read_attributed
+    from rlscope.collect.cupti import SAMPLED_BUFFER_BYTES
     from rlscope.trace.schema import Kind
 
     x = torch.ones(1 << 16, device="cuda")
@@ -212,6 +213,7 @@ def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Pat
                 x.mul_(1.0001)
             torch.cuda.synchronize()
     (process,) = read_attributed(tmp_path)
+    assert process.meta["gpu"]["buffer_bytes"] == SAMPLED_BUFFER_BYTES  # windows start on small buffers
     windows = json.loads((process.directory / SAMPLES_FILE).read_text())["windows"]
     kernels = process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
     # one kernel per iteration while a window is on (its settling iterations included, and at most

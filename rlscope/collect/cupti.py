@@ -25,9 +25,19 @@ from rlscope.errors import RlscopeError
 from rlscope.nvidia import ENV_LIBCUPTI, gpu_unavailable_reason, libcupti_candidates
 from rlscope.trace.schema import GPU_NAMES_FILE, GPU_ROWS_FILE
 
-__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning"]
+__all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "buffer_bytes_from_env", "FULL_BUFFER_BYTES",
+           "SAMPLED_BUFFER_BYTES", "ENV_BUFFER_KIB"]
 
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
+ENV_BUFFER_KIB = "RLSCOPE_CUPTI_BUFFER_KIB"  # the size of CUPTI's activity buffers, over the session's choice
+# CUPTI asks for an activity buffer on the thread whose record needs one, and a request took about
+# 0.85 ms with 8 MiB buffers on H100 and H200s (its overhead records), whoever's memory it was: the
+# cost grows with the buffer. A full trace fills each buffer, so that is ~10 ns a record. A sampled
+# window writes far less than a buffer and starts on fresh ones (the flusher hands CUPTI's buffers
+# over between windows), so each window paid a whole request on each thread that recorded, inside
+# whichever operation made the thread's first record: a backward pass on PyTorch's autograd thread.
+FULL_BUFFER_BYTES = 8 << 20
+SAMPLED_BUFFER_BYTES = 256 << 10
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
 _CUPTI_ERROR_MULTIPLE_SUBSCRIBERS = 39
 
@@ -55,12 +65,30 @@ def _likely_culprit() -> str:
     return "another profiler in this process (torch.profiler, jax.profiler, Nsight)"
 
 
+def buffer_bytes_from_env(chosen: int) -> int:
+    """``chosen``, or the size ``RLSCOPE_CUPTI_BUFFER_KIB`` asks for (KiB, a positive whole number)."""
+    text = os.environ.get(ENV_BUFFER_KIB, "").strip()
+    if not text:
+        return chosen
+    try:
+        kib = int(text)
+    except ValueError:
+        kib = 0
+    if not 4 <= kib <= 1 << 20:
+        raise RlscopeError(f"{ENV_BUFFER_KIB}={text!r}: expected CUPTI's activity buffer size in KiB, a whole "
+                           f"number from 4 to {1 << 20} (e.g. 256); unset it for the session's choice "
+                           f"({chosen >> 10} KiB)")
+    return kib << 10
+
+
 class GpuCollector:
     """One process's CUPTI tracer; ``start`` returns False (with a warning) when there is no GPU."""
 
-    def __init__(self, directory: Path, layers: frozenset[str] = DEFAULT_GPU_LAYERS) -> None:
+    def __init__(self, directory: Path, layers: frozenset[str] = DEFAULT_GPU_LAYERS,
+                 buffer_bytes: int = FULL_BUFFER_BYTES) -> None:
         self.directory = directory
         self.layers = layers
+        self.buffer_bytes = buffer_bytes
         self.meta: dict[str, Any] = {"collector": "cupti", "status": "off"}
         self._tracer: Any = None
         self._ops: Any = None
@@ -80,7 +108,8 @@ class GpuCollector:
         if dump:
             Path(dump).mkdir(parents=True, exist_ok=True)
         source = api_source()
-        tracer = _cupti.Tracer(str(self.directory / GPU_ROWS_FILE), str(self.directory / GPU_NAMES_FILE), dump_dir=dump)
+        tracer = _cupti.Tracer(str(self.directory / GPU_ROWS_FILE), str(self.directory / GPU_NAMES_FILE),
+                               buffer_bytes=self.buffer_bytes, dump_dir=dump)
         result = tracer.start(runtime="runtime" in self.layers, driver="driver" in self.layers,
                               gpu="kernels" in self.layers, sync="sync" in self.layers,
                               untraced_apis=[] if "queries" in self.layers else list(QUERY_APIS),
@@ -92,7 +121,7 @@ class GpuCollector:
         operations.set_correlation_hooks(tracer.hooks())
         clock = "CLOCK_MONOTONIC" if result["own_clock"] else "CUPTI's, offset onto CLOCK_MONOTONIC at start"
         self.meta.update(status="on", libcupti=self.library, cupti_version=_cupti.version(),
-                         layers=sorted(self.layers), api_source=source, clock=clock, rows=GPU_ROWS_FILE,
+                         layers=sorted(self.layers), api_source=source, buffer_bytes=self.buffer_bytes, clock=clock, rows=GPU_ROWS_FILE,
                          names=GPU_NAMES_FILE)
         return True
 

@@ -27,6 +27,7 @@ from rlscope.collect.environment import (
     ENV_WALL_ONLY,
     ENV_WINDOWS,
 )
+from rlscope.collect.cupti import FULL_BUFFER_BYTES, buffer_bytes_from_env
 from rlscope.collect.jax_scopes import parse_jax_scopes
 from rlscope.collect.python import parse_targets
 from rlscope.collect.sampling import parse_sample
@@ -99,6 +100,7 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     parse_targets(target_spec)  # a typo is reported now, not once per child process
     if sample is not None:
         parse_sample(sample)  # the same
+    buffer_bytes_from_env(FULL_BUFFER_BYTES)  # RLSCOPE_CUPTI_BUFFER_KIB, the same
     jax_scopes = parse_jax_scopes(jax_scopes)
     if output_dir is None:
         output_dir = default_output(command, "traces")

@@ -20,7 +20,7 @@ from rlscope import _hotpath, recorder
 from rlscope._version import __version__
 from rlscope.collect.environment import (ENV_GPU, ENV_JAX_SCOPES, ENV_PROCESS, ENV_TARGETS, ENV_TRANSITIONS,
                                          ENV_UNTIL_FIRST_STEP, ENV_SAMPLE, ENV_WINDOWS)
-from rlscope.collect.cupti import GpuCollector
+from rlscope.collect.cupti import FULL_BUFFER_BYTES, SAMPLED_BUFFER_BYTES, GpuCollector, buffer_bytes_from_env
 from rlscope.collect.flusher import Flusher, flush_interval_s
 from rlscope.collect.gpu_layers import parse_gpu_layers
 from rlscope.collect.jax_scopes import JaxScopes, parse_jax_scopes
@@ -120,6 +120,7 @@ class Session:
         self._gpu: GpuCollector | None = None
         self._sampler: UtilisationSampler | None = None
         self.sample = sample
+        self.buffer_bytes = buffer_bytes_from_env(SAMPLED_BUFFER_BYTES if sample is not None else FULL_BUFFER_BYTES)
         self._windows: AlternatingWindows | SampledWindows | None = None
         self._flusher: Flusher | None = None
         self._until_first_step = False
@@ -254,7 +255,7 @@ class Session:
         if self._forked:  # CUDA and CUPTI do not survive fork(); spawned children trace their GPU work
             self._meta["gpu"] = {"status": "off", "reason": "forked child process"}
             return
-        gpu = GpuCollector(self.dir, self.gpu)
+        gpu = GpuCollector(self.dir, self.gpu, buffer_bytes=self.buffer_bytes)
         if gpu.start(self._ops):
             self._gpu = gpu
             self._sampler = UtilisationSampler(self.dir)
