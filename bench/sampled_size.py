@@ -142,9 +142,11 @@ def one(workload: str, steps: int, mode: str, sample: str, trace: Path, watch_s:
     wall = time.perf_counter() - began
     timeline = watcher.finish()
     size = sum(p.stat().st_size for p in trace.rglob("*") if p.is_file()) if trace.exists() else 0
-    dropped = sum(json.loads(m.read_text()).get("gpu", {}).get("dropped", 0) for m in trace.rglob("meta.json"))
+    gpu_meta = [json.loads(m.read_text()).get("gpu", {}) for m in trace.rglob("meta.json")]
+    dropped = sum(meta.get("dropped", 0) for meta in gpu_meta)
+    buffers = sorted({meta["buffer_bytes"] for meta in gpu_meta if "buffer_bytes" in meta})
     return {"mode": mode, "wall_s": wall, "trace_bytes": size, "dropped_records": dropped,
-            "max_rss_mb": peak_rss_mb(), "timeline": timeline}
+            "cupti_buffer_bytes": buffers, "max_rss_mb": peak_rss_mb(), "timeline": timeline}
 
 
 def peak_rss_mb() -> float:
@@ -187,6 +189,28 @@ def shares(trace: Path, mode: str, warmup: int) -> dict[str, Any]:
     return {"iterations": iterations, "windows": int(table["windows"].max()) if len(table) else 0,
             "shares": {f"{row.operation} / {row.resources}": [float(row.share), float(row.share_low),
                                                               float(row.share_high)] for row in table.itertuples()}}
+
+
+def cupti_overhead(trace: Path) -> dict[str, dict[str, float]]:
+    """CUPTI's own overhead records (``Kind.PROFILER_OVERHEAD``) of the trace's processes, by name:
+    how many, their median and total time. A buffer request is one: where a window's first
+    records wait for one, that wait is in the window's operations."""
+    from rlscope.trace.reader import read_trace
+    from rlscope.trace.schema import Kind
+
+    out: dict[str, dict[str, float]] = {}
+    for process in read_trace(trace):
+        ev = process.events
+        records = ev[ev["kind"] == int(Kind.PROFILER_OVERHEAD)]
+        for name, group in records.groupby("name", observed=True):
+            us = (group["end_ns"] - group["start_ns"]).to_numpy() / 1e3
+            row = out.setdefault(str(name), {"count": 0, "total_ms": 0.0, "median_us": 0.0, "_all": []})
+            row["count"] += len(us)
+            row["total_ms"] += float(us.sum()) / 1e3
+            row["_all"].extend(us.tolist())
+    for row in out.values():
+        row["median_us"] = float(statistics.median(row.pop("_all")))
+    return out
 
 
 def finite_median(values: Iterable[float]) -> float:
@@ -300,7 +324,8 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
     Trace rate over the whole run and, fitted, over its second half (the start-up left out);
     resident and GPU memory once settled and at the session's end, the resident range between
     them, and their growth fitted over the second half;
-    the windows it drew (``samples.json``) and CUPTI's dropped records."""
+    the windows it drew (``samples.json``), CUPTI's dropped records and the activity buffers'
+    size its processes asked for (``RLSCOPE_CUPTI_BUFFER_KIB`` can change it)."""
     samples = [json.loads(path.read_text()) for path in trace.rglob("samples.json")]
     stepped = [s for s in samples if s["calls"]]
     if not stepped:
@@ -324,7 +349,8 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
         "rss_mb_settled_last": [settled[1], inside[-1][1]], "rss_mb_per_hour": growth_per_hour(inside, 1),
         "rss_mb_range_settled": [min(rss_settled), max(rss_settled)],
         "gpu_mb_settled_last": [settled[2], inside[-1][2]], "gpu_mb_per_hour": growth_per_hour(inside, 2),
-        "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"], "timeline": timeline}
+        "max_rss_mb": run["max_rss_mb"], "dropped_records": run["dropped_records"],
+        "cupti_buffer_bytes": run.get("cupti_buffer_bytes", []), "timeline": timeline}
 
 
 def without_profiler(shares: dict[str, Any]) -> dict[str, Any]:
@@ -402,10 +428,10 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
     record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
     estimates = shares(trace, "sampled", warmup)  # over all its windows, one phase
     record |= {"tree": made["tree"], "command": made["command"], "estimates": estimates["shares"],
-               "estimated_windows": estimates["windows"]}
+               "estimated_windows": estimates["windows"], "cupti_overhead": cupti_overhead(trace)}
     write_json_atomic(out, record)
     if reference_rounds:
-        references = []
+        references, reference_overhead = [], []
         for round_ in range(reference_rounds):
             full_trace = out.with_suffix(f".full{round_}")
             command = [sys.executable, __file__, "one", workload, str(reference_steps), "full", sample,
@@ -414,9 +440,11 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
             if done.returncode:
                 raise SystemExit(f"{workload} full reference {round_} failed:\n{done.stderr[-3000:]}")
             references.append(shares(full_trace, "full", warmup)["shares"])
+            reference_overhead.append(cupti_overhead(full_trace))
             shutil.rmtree(full_trace)  # gigabytes an hour: its shares are what is kept
             print(f"reference {round_ + 1} of {reference_rounds} done", flush=True)
         record["reference"] = {"steps": reference_steps, "rounds": reference_rounds, "shares": references,
+                               "cupti_overhead": reference_overhead,
                                "agreement": reference_agreement(record["estimates"], references)}
         write_json_atomic(out, record)
     return record
