@@ -206,8 +206,9 @@ def attribution(default: Any, precise: Any) -> dict[str, Any]:
 
 
 def _setting() -> dict[str, Any]:
-    """The command, GPU and JAX of this bench, asked once before the rounds."""
-    return {"command": " ".join(sys.argv), "gpu": gpu(),
+    """The command, GPU, JAX and XLA flags (every mode's, beside what a mode adds) of this bench,
+    asked once before the rounds."""
+    return {"command": " ".join(sys.argv), "gpu": gpu(), "xla_flags": os.environ.get("XLA_FLAGS", ""),
             "versions": {name: importlib.metadata.version(name) for name in ("jax", "jaxlib")}}
 
 

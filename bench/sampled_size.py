@@ -84,8 +84,8 @@ def _loop(workload: str, steps: int) -> None:
 
 
 class Watcher(threading.Thread):
-    """Every ``every`` seconds: [seconds since start, resident MB, GPU used MB (NaN without NVML),
-    trace MB]."""
+    """Every ``every`` seconds: [seconds since start, resident MB, the loop's GPU's used MB (all
+    its processes'; NaN without NVML), trace MB]."""
 
     def __init__(self, trace: Path, every: float) -> None:
         super().__init__(daemon=True)
@@ -93,13 +93,14 @@ class Watcher(threading.Thread):
         self._done = threading.Event()
         self._began = time.perf_counter()
         self._page_mb = resource.getpagesize() / 1e6
+        from rlscope.collect.nvml import visible_nvml_indices
         from rlscope.nvidia import open_nvml
 
-        try:
+        try:  # the first GPU the loop sees (CUDA_VISIBLE_DEVICES), not NVML's first: another run may use that
             pynvml = open_nvml()
-            handle = pynvml.nvmlDeviceGetHandleByIndex(0)
+            handle = pynvml.nvmlDeviceGetHandleByIndex(visible_nvml_indices(pynvml)[0])
             self._gpu = lambda: pynvml.nvmlDeviceGetMemoryInfo(handle).used / 1e6
-        except Exception:  # NvmlUnavailable, or NVML's own error without a GPU 0: the column stays NaN
+        except Exception:  # NvmlUnavailable, or NVML's own error without a GPU: the column stays NaN
             self._gpu = lambda: float("nan")
 
     def sample(self) -> None:
@@ -195,11 +196,11 @@ def cupti_overhead(trace: Path) -> dict[str, dict[str, float]]:
     """CUPTI's own overhead records (``Kind.PROFILER_OVERHEAD``) of the trace's processes, by name:
     how many, their median and total time. A buffer request is one: where a window's first
     records wait for one, that wait is in the window's operations."""
-    from rlscope.trace.reader import read_trace
+    from rlscope.analyze.attribution import read_attributed
     from rlscope.trace.schema import Kind
 
     out: dict[str, dict[str, float]] = {}
-    for process in read_trace(trace):
+    for process in read_attributed(trace):  # with the GPU rows, where CUPTI's records are
         ev = process.events
         records = ev[ev["kind"] == int(Kind.PROFILER_OVERHEAD)]
         for name, group in records.groupby("name", observed=True):

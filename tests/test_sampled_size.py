@@ -91,3 +91,11 @@ def test_a_long_run_s_memory_is_read_inside_the_session_and_after_start_up(tmp_p
     assert math.isclose(record["rss_mb_per_hour"], 0.0, abs_tol=1e-6)
     assert record["gpu_mb_settled_last"] == [50.0, 50.0]
     assert math.isclose(record["trace_mb_per_hour"], 1.0 / 100.5 * 3600)
+
+
+def test_cupti_overhead_counts_the_records_of_a_recorded_gpu_trace() -> None:
+    from sampled_size import cupti_overhead
+
+    found = cupti_overhead(Path(__file__).parent / "fixtures" / "cupti" / "trace")
+    request = found["overhead: activity buffer request"]
+    assert request["count"] == 2 and request["median_us"] > 0 and request["total_ms"] >= request["median_us"] / 1e3
