@@ -94,8 +94,6 @@ def test_a_long_run_s_memory_is_read_inside_the_session_and_after_start_up(tmp_p
 
 
 def test_cupti_overhead_counts_the_records_of_a_recorded_gpu_trace() -> None:
-    from sampled_size import cupti_overhead
-
-    found = cupti_overhead(Path(__file__).parent / "fixtures" / "cupti" / "trace")
+    found = sampled_size.cupti_overhead(Path(__file__).parent / "fixtures" / "cupti" / "trace")
     request = found["overhead: activity buffer request"]
     assert request["count"] == 2 and request["median_us"] > 0 and request["total_ms"] >= request["median_us"] / 1e3
