@@ -153,6 +153,21 @@ def gpu_shares() -> str:
                            "full trace sampled afterwards: covered / within"], rows)
 
 
+# The commit from which sampled sessions ask CUPTI for smaller buffers (and records say which size)
+SMALL_BUFFERS_FROM = "00bd671"
+
+
+def buffers(data: dict) -> str:
+    """The CUPTI activity buffer size a ``sampled_size.py`` record's processes asked for: listed
+    since 00bd671; every session before asked for 8 MiB; none on a machine without a GPU."""
+    if data["gpu"] == "none":
+        return "no GPU"
+    sizes = data.get("cupti_buffer_bytes")
+    if sizes is None:
+        return f"8 MiB (before {SMALL_BUFFERS_FROM})"
+    return ", ".join(f"{size >> 20} MiB" if size >= 1 << 20 else f"{size >> 10} KiB" for size in sizes)
+
+
 def long_runs() -> str:
     """``sampled_size.py long``'s records (``sampled/long_*.json``): per run, its length and
     windows, the trace's rate over the whole run and over its second half against the budget,
@@ -163,15 +178,19 @@ def long_runs() -> str:
         data = json.loads(path.read_text())
         rss_first, rss_last = data["rss_mb_settled_last"]
         low, high = data["rss_mb_range_settled"]
-        gpu_first, gpu_last = data["gpu_mb_settled_last"]
-        gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
+        if "gpu_mb_settled_last" in data:
+            gpu_first, gpu_last = data["gpu_mb_settled_last"]
+            gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
+        else:  # the record's note says why
+            gpu_mb = "not measured (another GPU's was read)"
         rows.append([data["workload"], data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU",
-                     f"{data['host']['date']}, {data['tree']}", data["sample"], f"{data['wall_s'] / 60:.1f}",
+                     f"{data['host']['date']}, {data['tree']}", data["sample"], buffers(data),
+                     f"{data['wall_s'] / 60:.1f}",
                      f"{data['iterations']:,}",
                      f"{data['windows']:,}", f"{data['trace_mb_per_hour']:.0f}",
                      f"{data['trace_mb_per_hour_late']:.0f}", f"{rss_first:,.1f} -> {rss_last:,.1f}",
                      f"{high - low:.1f}", f"{data['rss_mb_per_hour']:+,.0f}", gpu_mb, f"{data['dropped_records']:,}"])
-    return markdown_table(["loop", "machine", "date, tree", "sample", "minutes", "iterations", "windows",
+    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "minutes", "iterations", "windows",
                            "trace MB/h, whole run", "trace MB/h, second half", "resident MB, settled -> end",
                            "resident range after settling (MB)", "resident growth fitted over the second half (MB/h)",
                            "GPU MB, settled -> end", "dropped records"], rows)
@@ -247,10 +266,12 @@ def long_shares() -> str:
         if "reference" not in data:
             continue
         ref = data["reference"]
-        by_run.append((f"{data['workload']} on {data['gpu']}", ref["agreement"]))
+        by_run.append((f"{data['workload']} on {data['gpu']} ({data['tree']}, {buffers(data)} buffers, "
+                       f"{data['windows']} windows)", ref["agreement"]))
         for r in ref["agreement"]:
             low, high = r["full_range"]
-            rows.append([data["workload"], data["gpu"], f"{data['windows']} windows, {data['wall_s'] / 60:.1f} min",
+            rows.append([data["workload"], data["gpu"], f"{data['windows']} windows, {data['wall_s'] / 60:.1f} min, "
+                         f"{data['sample']}, {data['tree']}", buffers(data),
                          f"{ref['rounds']} x {ref['steps']:,}", r["share"], f"{r['full']:.1%} [{low:.1%}, {high:.1%}]",
                          f"{r['estimate']:.1%} [{r['low']:.1%}, {r['high']:.1%}]",
                          "yes" if r["within_tolerance"] else "no", "yes" if r["covered"] else "no",
@@ -259,13 +280,30 @@ def long_shares() -> str:
               f"intervals covering the full traces' median"
               for data_workload, r in by_run
               for within, covered in [(sum(x["within_tolerance"] for x in r), sum(x["covered"] for x in r))]]
-    return markdown_table(["loop", "machine", "sampled run", "full references (iterations)", "operation / resources",
+    return markdown_table(["loop", "machine", "sampled run", "CUPTI buffers", "full references (iterations)",
+                           "operation / resources",
                            "full traces: median [range]", "sampled run: estimate [95% interval]",
                            "within max(0.5 points, 5%)", "interval covers it", "full traces within it of their median"],
                           rows) + "".join(f"\n{line}.\n" for line in counts)
 
 
-TABLES: dict[str, Callable[[], str]] = {"sampled_between": between_cost, "sampled_long_shares": long_shares,
+def buffer_requests() -> str:
+    """``sampled/requests_*.json`` (``sampled_size.py long`` with ``RLSCOPE_CUPTI_BUFFER_KIB``):
+    per run, the activity buffers' size and CUPTI's buffer requests over the run, each on the
+    thread whose record needed a buffer: how many, their median and total time, per window."""
+    rows = []
+    for path in sorted(SAMPLED.glob("requests_*.json")):
+        data = json.loads(path.read_text())
+        request = data["cupti_overhead"].get("overhead: activity buffer request", {"count": 0, "median_us": math.nan,
+                                                                                   "total_ms": 0.0})
+        rows.append([data["workload"], data["gpu"], f"{data['host']['date']}, {data['tree']}", data["sample"],
+                     buffers(data), f"{data['windows']:,}", f"{request['count']:,}", f"{request['median_us']:,.0f}",
+                     f"{request['total_ms']:.1f}", f"{request['total_ms'] * 1e3 / max(data['windows'], 1):,.0f}"])
+    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
+                           "median request (us)", "all requests (ms)", "request time per window (us)"], rows)
+
+
+TABLES: dict[str, Callable[[], str]] = {"sampled_buffer_requests": buffer_requests, "sampled_between": between_cost, "sampled_long_shares": long_shares,
                                         "sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
                                         "sampled_long": long_runs,
                                         "sampled_synthetic": synthetic_schedules,

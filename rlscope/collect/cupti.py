@@ -30,12 +30,13 @@ __all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "buffer
 
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
 ENV_BUFFER_KIB = "RLSCOPE_CUPTI_BUFFER_KIB"  # the size of CUPTI's activity buffers, over the session's choice
-# CUPTI asks for an activity buffer on the thread whose record needs one, and a request took about
-# 0.85 ms with 8 MiB buffers on H100 and H200s (its overhead records), whoever's memory it was: the
-# cost grows with the buffer. A full trace fills each buffer, so that is ~10 ns a record. A sampled
-# window writes far less than a buffer and starts on fresh ones (the flusher hands CUPTI's buffers
-# over between windows), so each window paid a whole request on each thread that recorded, inside
-# whichever operation made the thread's first record: a backward pass on PyTorch's autograd thread.
+# CUPTI asks for an activity buffer on the thread whose record needs one, and the request takes
+# longer the larger the buffer (its overhead records: docs/results/sampled.md). A full trace fills
+# each buffer, so that is paid once per buffer of records. A sampled window writes far less than a
+# buffer and starts on fresh ones (the flusher hands CUPTI's buffers over between windows), so with
+# full-size buffers each window paid a whole request on each thread that recorded, inside whichever
+# operation made the thread's first record (in PyTorch, a backward pass on the autograd thread),
+# and the shares estimated from the windows were off by it.
 FULL_BUFFER_BYTES = 8 << 20
 SAMPLED_BUFFER_BYTES = 256 << 10
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
