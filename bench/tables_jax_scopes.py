@@ -173,5 +173,52 @@ def _ant_modes(meta: dict) -> str:
                  "default-mode run", "vs precise run", "share >= 5%"], rows))
 
 
+COST_RECORDS = ("cost_h200.json", "cost_autotune_cache_h200.json")  # bench/jax_scopes.py --cost-only
+
+
+def jax_scopes_cost_rounds() -> str:
+    """``--cost-only`` records: per record, ms per iteration per mode (median over rounds) and
+    --jax-scopes over rlscope prof round by round, median with its distribution-free 95% interval;
+    then every record's rounds together."""
+    from rlscope.calibrate.stats import median_interval95
+
+    rows, pooled = [], []
+    for name in COST_RECORDS:
+        data = json.loads((JAX_SCOPES / name).read_text())
+        w, r = data["workload"], data["scopes_over_prof"]
+        interval = r["interval95"]
+        pooled += r["rounds"]
+        rows.append([f"{data['gpu']}, {data['host']['date']}, tree {data['tree']}",
+                     f"`{data['xla_flags']}`" if data["xla_flags"] else "none",
+                     f"{w['iterations']} ({w['envs']} x {w['steps']} steps)", data["rounds_done"],
+                     f"{data['iteration_s_median']['prof'] * 1e3:.2f}", f"{data['iteration_s_median']['scopes'] * 1e3:.2f}",
+                     f"{r['median']:.3f}x", f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a",
+                     f"[{r['min']:.3f}, {r['max']:.3f}]", sum(x <= 1.05 for x in r["rounds"])])
+    interval = median_interval95(pooled)
+    prof_spread = [t for name in COST_RECORDS for t in json.loads((JAX_SCOPES / name).read_text())["iteration_s"]["prof"]]
+    return (markdown_table(["run", "XLA flags of both modes", "iterations per process", "rounds", "prof ms/iteration",
+                            "--jax-scopes ms/iteration", "--jax-scopes over prof, median", "its 95% interval",
+                            "range", "rounds <= 1.05x"], rows)
+            + f"\n\nEvery round of both records together: median {statistics.median(pooled):.3f}x, 95% interval "
+              f"[{interval[0]:.3f}, {interval[1]:.3f}], {sum(x <= 1.05 for x in pooled)} of {len(pooled)} rounds at or "
+              f"below 1.05x. `rlscope prof` alone, process to process: {min(prof_spread) * 1e3:.2f} to "
+              f"{max(prof_spread) * 1e3:.2f} ms per iteration.\n")
+
+
+def jax_scopes_precise_graphs_on() -> str:
+    """``jax_scopes/precise_graphs_on_h200.json``: one precise-mode trace made with XLA's command
+    buffers left on (``bench/jax_precise_graphs_on.py``), joined by XLA's ranges and by name: per
+    scope, the share of the step's kernel time each join gives it."""
+    data = json.loads((JAX_SCOPES / "precise_graphs_on_h200.json").read_text())
+    one = data["attribution"]["one_trace"]
+    rows = [[scope, f"{r['precise']:.1%}", f"{r['default']:.1%}"]
+            for scope, r in sorted(one["shares"].items(), key=lambda kv: -kv[1]["default"])]
+    return (f"JAX {data['recorded'][1]['jax']}, {data['host']['date']}; {data['note']}.\n\n"
+            + markdown_table(["scope", "by XLA's ranges", "by name"], rows)
+            + f"\n\nOn this trace, XLA's ranges give {one['kernels_same_scope']:.1%} of its {one['kernels']:,} kernels "
+              f"({one['time_same_scope']:.1%} of their time) the scope the name join gives them.\n")
+
+
 TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
-                                        "jax_scopes_ant": jax_scopes_ant}
+                                        "jax_scopes_ant": jax_scopes_ant, "jax_scopes_cost_rounds": jax_scopes_cost_rounds,
+                                        "jax_scopes_precise_graphs_on": jax_scopes_precise_graphs_on}
