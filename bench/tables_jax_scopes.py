@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import csv
 import json
+import math
 import statistics
 from collections.abc import Callable
 
@@ -43,7 +44,8 @@ def jax_scopes_shares() -> str:
         off = [f"{r['scopes-graphs-off']:.1%}", _difference(r["scopes-graphs-off_relative_difference"])] \
             if graphs_off else []
         rows.append([scope, f"{r['precise']:.1%}", f"{r['scopes']:.1%}", _difference(r["scopes_relative_difference"]),
-                     f"{(r['scopes'] - r['precise']) * 100 + 0.0:+.1f}".replace("-0.0", "+0.0"), *off, f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
+                     f"{(r['scopes'] - r['precise']) * 100 + 0.0:+.1f}".replace("-0.0", "+0.0"), *off,
+                     f"{same['precise']:.1%}", f"{same['default']:.1%}", _difference(same["relative_difference"]),
                      "yes" if r["goal_applies"] else "no"])
     goal = [r for r in over["scopes"].values() if r["goal_applies"]]
     relative = max(abs(r["scopes_relative_difference"]) for r in goal)
@@ -60,7 +62,8 @@ def jax_scopes_shares() -> str:
             + markdown_table(["scope", "precise mode", "default mode", "vs precise", "vs precise (points)",
                               *(["default mode, CUDA graphs off", "vs precise"] if graphs_off else []),
                               "round 0's precise trace: by ranges", "by name", "vs ranges", "share >= 5%"], rows)
-            + f"\n\nOver the scopes of at least 5% of the step (in either mode), the default mode is at most {relative:.1%} from the "
+            + f"\n\nOver the scopes of at least 5% of the step (in either mode), the default mode is at most "
+              f"{relative:.1%} from the "
               f"precise mode relative to each scope's share, and at most {points:.1f} points of the step.\n\n"
               f"Round 0: kernels attributed (a scope, no scope, library or fused across scopes): default mode "
               f"{a['attributed_default']:.1%}, precise mode {a['attributed_precise']:.1%}. How the default mode "
@@ -191,11 +194,13 @@ def jax_scopes_cost_rounds() -> str:
         rows.append([f"{data['gpu']}, {data['host']['date']}, tree {data['tree']}",
                      f"`{data['xla_flags']}`" if data["xla_flags"] else "none",
                      f"{w['iterations']} ({w['envs']} x {w['steps']} steps)", data["rounds_done"],
-                     f"{data['iteration_s_median']['prof'] * 1e3:.2f}", f"{data['iteration_s_median']['scopes'] * 1e3:.2f}",
+                     f"{data['iteration_s_median']['prof'] * 1e3:.2f}",
+                     f"{data['iteration_s_median']['scopes'] * 1e3:.2f}",
                      f"{r['median']:.3f}x", f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a",
                      f"[{r['min']:.3f}, {r['max']:.3f}]", sum(x <= 1.05 for x in r["rounds"])])
     interval = median_interval95(pooled)
-    prof_spread = [t for name in COST_RECORDS for t in json.loads((JAX_SCOPES / name).read_text())["iteration_s"]["prof"]]
+    prof_spread = [t for name in COST_RECORDS
+                   for t in json.loads((JAX_SCOPES / name).read_text())["iteration_s"]["prof"]]
     return (markdown_table(["run", "XLA flags of both modes", "iterations per process", "rounds", "prof ms/iteration",
                             "--jax-scopes ms/iteration", "--jax-scopes over prof, median", "its 95% interval",
                             "range", "rounds <= 1.05x"], rows)
@@ -219,6 +224,30 @@ def jax_scopes_precise_graphs_on() -> str:
               f"({one['time_same_scope']:.1%} of their time) the scope the name join gives them.\n")
 
 
-TABLES: dict[str, Callable[[], str]] = {"jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
-                                        "jax_scopes_ant": jax_scopes_ant, "jax_scopes_cost_rounds": jax_scopes_cost_rounds,
+def jax_scopes_executables() -> str:
+    """``jax_scopes/executables_*.json`` (``bench/jax_scopes_executables.py``): per run, whether the
+    step compiled with the default mode's dump options has the same optimised HLO as without, what
+    the dump wrote, the monitoring events while the executables ran, and the dumped executable's
+    time over the plain one's in alternating pairs of blocks, median [95% interval] and range."""
+    rows = []
+    for path in sorted(JAX_SCOPES.glob("executables_*.json")):
+        data = json.loads(path.read_text())
+        w, r = data["workload"], data["dumped_over_plain"]
+        low, high = r["interval95"] or (math.nan, math.nan)
+        machine = data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU"
+        rows.append([f"{machine}, JAX {data['jax']} ({data['backend']}), {data['host']['date']}, "
+                     f"tree {data.get('tree', data['host']['commit'])}",
+                     f"{w['envs']} x {w['steps']} steps", f"{w['pairs']} x {w['block']}",
+                     "yes" if data["optimised_hlo_identical"] else "no", data["dump_files"],
+                     data["monitoring_events_while_timed"],
+                     f"{statistics.median(data['iteration_ms']['plain']):.2f}",
+                     f"{r['median']:.4f}x", f"[{low:.4f}, {high:.4f}]", f"[{r['min']:.3f}, {r['max']:.3f}]"])
+    return markdown_table(["run", "workload", "pairs x iterations per block", "optimised HLO identical",
+                           "files the dump wrote", "monitoring events while timed", "plain ms/iteration (median)",
+                           "dumped over plain, median", "its 95% interval", "range"], rows) + "\n"
+
+
+TABLES: dict[str, Callable[[], str]] = {"jax_scopes_executables": jax_scopes_executables, "jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
+                                        "jax_scopes_ant": jax_scopes_ant,
+                                        "jax_scopes_cost_rounds": jax_scopes_cost_rounds,
                                         "jax_scopes_precise_graphs_on": jax_scopes_precise_graphs_on}

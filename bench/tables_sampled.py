@@ -190,7 +190,8 @@ def long_runs() -> str:
                      f"{data['windows']:,}", f"{data['trace_mb_per_hour']:.0f}",
                      f"{data['trace_mb_per_hour_late']:.0f}", f"{rss_first:,.1f} -> {rss_last:,.1f}",
                      f"{high - low:.1f}", f"{data['rss_mb_per_hour']:+,.0f}", gpu_mb, f"{data['dropped_records']:,}"])
-    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "minutes", "iterations", "windows",
+    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "minutes", "iterations",
+                           "windows",
                            "trace MB/h, whole run", "trace MB/h, second half", "resident MB, settled -> end",
                            "resident range after settling (MB)", "resident growth fitted over the second half (MB/h)",
                            "GPU MB, settled -> end", "dropped records"], rows)
@@ -303,7 +304,8 @@ def buffer_requests() -> str:
                            "median request (us)", "all requests (ms)", "request time per window (us)"], rows)
 
 
-TABLES: dict[str, Callable[[], str]] = {"sampled_buffer_requests": buffer_requests, "sampled_between": between_cost, "sampled_long_shares": long_shares,
+TABLES: dict[str, Callable[[], str]] = {"sampled_buffer_requests": buffer_requests,
+                                        "sampled_between": between_cost, "sampled_long_shares": long_shares,
                                         "sampled_gpu_cost": gpu_cost, "sampled_gpu_shares": gpu_shares,
                                         "sampled_long": long_runs,
                                         "sampled_synthetic": synthetic_schedules,

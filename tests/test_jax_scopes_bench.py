@@ -6,6 +6,8 @@ import importlib.util
 import math
 from pathlib import Path
 
+import pytest
+
 _PATH = Path(__file__).resolve().parents[1] / "bench" / "jax_scopes.py"
 _spec = importlib.util.spec_from_file_location("jax_scopes_bench", _PATH)
 bench = importlib.util.module_from_spec(_spec)
@@ -49,3 +51,18 @@ def test_the_workload_is_the_process_with_xla_s_dump_and_the_most_events(tmp_pat
     assert bench.workload_process(tmp_path, [launcher, helper, workload]) is workload
     with pytest.raises(SystemExit, match="not a --jax-scopes trace"):
         bench.workload_process(tmp_path, [launcher])
+
+
+def test_the_dump_options_take_effect_and_leave_the_compiled_step_as_it_was() -> None:
+    """bench/jax_scopes_executables.py on a small CPU step: the dump wrote files (its compile
+    options took effect), the optimised module is the same text, and every pair was timed."""
+    pytest.importorskip("jax")
+    path = Path(__file__).resolve().parents[1] / "bench" / "jax_scopes_executables.py"
+    spec = importlib.util.spec_from_file_location("jax_scopes_executables", path)
+    executables = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(executables)
+    result = executables.measure(envs=4, steps=4, pairs=3, block=1)
+    assert result["dump_files"] > 0
+    assert result["optimised_hlo_identical"]
+    assert len(result["dumped_over_plain"]["pairs"]) == 3 and result["dumped_over_plain"]["interval95"] is None
+    assert all(len(ms) == 3 and min(ms) > 0 for ms in result["iteration_ms"].values())

@@ -19,7 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
-from rlscope.collect.environment import ENV_GPU
+from rlscope.collect.environment import ENV_GPU, number_from_env
 from rlscope.collect.gpu_layers import DEFAULT_GPU_LAYERS, QUERY_APIS, api_source
 from rlscope.errors import RlscopeError
 from rlscope.nvidia import ENV_LIBCUPTI, gpu_unavailable_reason, libcupti_candidates
@@ -68,18 +68,10 @@ def _likely_culprit() -> str:
 
 def buffer_bytes_from_env(chosen: int) -> int:
     """``chosen``, or the size ``RLSCOPE_CUPTI_BUFFER_KIB`` asks for (KiB, a positive whole number)."""
-    text = os.environ.get(ENV_BUFFER_KIB, "").strip()
-    if not text:
-        return chosen
-    try:
-        kib = int(text)
-    except ValueError:
-        kib = 0
-    if not 4 <= kib <= 1 << 20:
-        raise RlscopeError(f"{ENV_BUFFER_KIB}={text!r}: expected CUPTI's activity buffer size in KiB, a whole "
-                           f"number from 4 to {1 << 20} (e.g. 256); unset it for the session's choice "
-                           f"({chosen >> 10} KiB)")
-    return kib << 10
+    kib = number_from_env(ENV_BUFFER_KIB, int, lambda v: 4 <= v <= 1 << 20,
+                          f"CUPTI's activity buffer size in KiB, a whole number from 4 to {1 << 20} (e.g. 256); "
+                          f"unset it for the session's choice ({chosen >> 10} KiB)")
+    return chosen if kib is None else int(kib) << 10
 
 
 class GpuCollector:
@@ -122,7 +114,8 @@ class GpuCollector:
         operations.set_correlation_hooks(tracer.hooks())
         clock = "CLOCK_MONOTONIC" if result["own_clock"] else "CUPTI's, offset onto CLOCK_MONOTONIC at start"
         self.meta.update(status="on", libcupti=self.library, cupti_version=_cupti.version(),
-                         layers=sorted(self.layers), api_source=source, buffer_bytes=self.buffer_bytes, clock=clock, rows=GPU_ROWS_FILE,
+                         layers=sorted(self.layers), api_source=source, buffer_bytes=self.buffer_bytes,
+                         clock=clock, rows=GPU_ROWS_FILE,
                          names=GPU_NAMES_FILE)
         return True
 

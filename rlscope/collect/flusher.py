@@ -16,14 +16,12 @@ the time bound off (events are written in full chunks only).
 
 from __future__ import annotations
 
-import math
-import os
 import threading
 import time
 import warnings
 from collections.abc import Callable
 
-from rlscope.errors import RlscopeError
+from rlscope.collect.environment import number_from_env
 from rlscope.trace.writer import TraceWriter
 
 __all__ = ["ENV_FLUSH_INTERVAL", "DEFAULT_FLUSH_INTERVAL_S", "Flusher", "flush_interval_s"]
@@ -34,17 +32,9 @@ DEFAULT_FLUSH_INTERVAL_S = 1.0
 
 def flush_interval_s() -> float:
     """The interval ``RLSCOPE_FLUSH_INTERVAL_S`` asks for (``math.inf``: no time bound)."""
-    text = os.environ.get(ENV_FLUSH_INTERVAL, "").strip()
-    if not text:
-        return DEFAULT_FLUSH_INTERVAL_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = math.nan
-    if not value > 0:
-        raise RlscopeError(f"{ENV_FLUSH_INTERVAL}={text!r}: expected seconds > 0 between trace writes "
-                           f"(e.g. 1, or inf for writes of full chunks only)")
-    return value
+    value = number_from_env(ENV_FLUSH_INTERVAL, float, lambda v: v > 0,
+                            "seconds > 0 between trace writes (e.g. 1, or inf for writes of full chunks only)")
+    return DEFAULT_FLUSH_INTERVAL_S if value is None else value
 
 
 class Flusher:
