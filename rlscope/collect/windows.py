@@ -94,7 +94,7 @@ class LayerSwitch:
             self.annotations_switched = not self.session._ops.current_stack()
         return self.annotations_switched
 
-    def apply(self, level: int) -> bool:
+    def apply(self, level: int, detach: bool = False) -> bool:
         session = self.session
         annotate = level >= 1 or not self.decide_annotations() or bool(session._ops.current_stack())
         recorder.annotate_into(session if annotate else None)
@@ -108,7 +108,7 @@ class LayerSwitch:
             settling = collector.switch_leaves_cost
         gpu = session._gpu
         if gpu is not None and ((level >= 3) != (self.level >= 3) or (level >= 4) != (self.level >= 4)):
-            gpu.record(api=level >= 3, gpu=level >= 4)
+            gpu.record(api=level >= 3, gpu=level >= 4, detach=detach)
             settling = settling or self.settle_after_gpu_switch
         self.level = 1 if annotate and level == 0 else level
         return settling
