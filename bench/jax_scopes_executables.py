@@ -9,12 +9,13 @@ Why: the default mode adds no hook that runs while the step runs. It sets XLA's 
 turns JAX's compilation cache off, both read by the compiler only, and registers a
 ``jax.monitoring`` listener that JAX calls for the events it records. What it could cost at run
 time is a different executable, or events recorded per call. Between processes the per-iteration
-time of one command varies by a fifth (``jax_scopes.py --cost-only``), far more than the goal's
-5%, and XLA reads its flags once per process, so the two modes cannot alternate in one. The same
+time of one command varies far more than the goal's 5% (``jax_scopes.py --cost-only``), and
+XLA reads its flags once per process, so the two modes cannot alternate in one. The same
 lowering compiled with ``compiler_options`` that hold the dump options can: the record holds
-whether the two compiled modules' text is identical (XLA's choices, autotuning's included), how
-many files the dump wrote (that it took effect), the monitoring events JAX recorded while the
-timed blocks ran, and per pair of blocks (``--block`` iterations each, order alternating within
+whether the two compiled modules' text is identical (the second compile may reuse the first's
+autotuning results in one process, so this shows that dumping changes nothing else), how many
+files the dump wrote (that it took effect), the monitoring events JAX recorded while the timed
+blocks ran, and per pair of blocks (``--block`` iterations each, order alternating within
 pairs so that a drift falls on both) the dumped executable's time over the plain one's: median and
 its distribution-free 95% interval (``median_interval95``).
 
@@ -35,11 +36,17 @@ from typing import Any
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(REPO))
 
-from bench.run_record import gpu, write  # noqa: E402
+from bench.run_record import gpu, settings_in_environment, write  # noqa: E402
 from rlscope.calibrate.stats import median_interval95  # noqa: E402
 
-# What rlscope.collect.jax_scopes puts in XLA_FLAGS for the default mode, as compile options.
-DUMP_OPTIONS = {"xla_dump_hlo_as_text": True}
+
+
+def dump_options(directory: str) -> dict[str, Any]:
+    """The XLA flags the default mode sets for its dump (``rlscope.collect.jax_scopes``), as
+    compile options: the directory for ``--xla_dump_to=``, true for the others."""
+    from rlscope.collect.jax_scopes import _DUMP_FLAGS
+
+    return {flag.strip("-="): directory if flag.endswith("=") else True for flag in _DUMP_FLAGS}
 
 
 def timed_block(executable: Any, carry: Any, iterations: int) -> tuple[Any, float]:
@@ -63,20 +70,29 @@ def measure(envs: int, steps: int, pairs: int, block: int, seed: int = 0) -> dic
     lowered = ppo.train_step.lower(carry)
     with tempfile.TemporaryDirectory(prefix="jax_scopes_dump_") as dump:
         plain = lowered.compile()
-        dumped = lowered.compile(compiler_options={"xla_dump_to": dump, **DUMP_OPTIONS})
+        dumped = lowered.compile(compiler_options=dump_options(dump))
         dump_files = sum(1 for p in Path(dump).rglob("*") if p.is_file())
     same_text = plain.as_text() == dumped.as_text()
-    events: list[str] = []
-    jax.monitoring.register_event_duration_secs_listener(lambda event, *_, **__: events.append(event))
     for executable in (plain, dumped):  # the first calls of each (allocations, module loading) untimed
         carry, _ = timed_block(executable, carry, block)
+    events: list[str] = []
+
+    def listen(event: str, *_: Any, **__: Any) -> None:
+        events.append(event)
+
+    jax.monitoring.register_event_duration_secs_listener(listen)
     ratios, seconds = [], {"plain": [], "dumped": []}
-    for pair in range(pairs):
-        order = (("plain", plain), ("dumped", dumped)) if pair % 2 == 0 else (("dumped", dumped), ("plain", plain))
-        for name, executable in order:
-            carry, elapsed = timed_block(executable, carry, block)
-            seconds[name].append(elapsed)
-        ratios.append(seconds["dumped"][-1] / seconds["plain"][-1])
+    try:
+        for pair in range(pairs):
+            order = (("plain", plain), ("dumped", dumped)) if pair % 2 == 0 else (("dumped", dumped), ("plain", plain))
+            for name, executable in order:
+                carry, elapsed = timed_block(executable, carry, block)
+                seconds[name].append(elapsed)
+            ratios.append(seconds["dumped"][-1] / seconds["plain"][-1])
+    finally:
+        unregister = getattr(jax.monitoring, "unregister_event_duration_listener", None)
+        if unregister is not None:
+            unregister(listen)
     interval = median_interval95(ratios)
     return {"workload": {"envs": envs, "steps": steps, "pairs": pairs, "block": block},
             "backend": jax.default_backend(), "jax": jax.__version__,
@@ -102,7 +118,8 @@ def main() -> None:
 
     with tempfile.TemporaryDirectory(prefix="jax_scopes_prof_") as trace, rlscope.profile(trace, process="bench"):
         result = measure(args.envs, args.steps, args.pairs, args.block)
-    record = {"command": " ".join(sys.argv), "gpu": gpu(), **({"tree": args.tree} if args.tree else {}), **result}
+    record = {"command": " ".join(sys.argv), "gpu": gpu(), "environment": settings_in_environment(),
+              **({"tree": args.tree} if args.tree else {}), **result}
     r = result["dumped_over_plain"]
     interval = r["interval95"]
     print(f"{result['backend']}: optimised HLO identical: {result['optimised_hlo_identical']}; dump files "

@@ -73,4 +73,11 @@ def provenance(script: str, args: list[str], tree: str | None) -> dict[str, Any]
     a lent machine's does: it is sent a working tree). Asked once, before the timed runs."""
     machine = host()
     return {"host": machine, "gpu": gpu(), "tree": tree or machine["commit"],
-            "command": " ".join([f"python bench/{script}", *args])}
+            "command": " ".join([f"python bench/{script}", *args]), "environment": settings_in_environment()}
+
+
+def settings_in_environment() -> dict[str, str]:
+    """The environment variables that change what a bench measures: rlscope's own (RLSCOPE_*),
+    which GPUs the runs see, and XLA's flags."""
+    return {k: v for k, v in sorted(os.environ.items())
+            if k.startswith("RLSCOPE_") or k in ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "XLA_FLAGS")}

@@ -428,11 +428,12 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
         raise SystemExit(f"{workload} long run failed:\n{done.stderr[-3000:]}")
     record = long_record(json.loads(done.stdout.strip().splitlines()[-1]), trace, workload, steps, sample, machine)
     estimates = shares(trace, "sampled", warmup)  # over all its windows, one phase
-    record |= {"tree": made["tree"], "command": made["command"], "estimates": estimates["shares"],
+    record |= {"tree": made["tree"], "command": made["command"], "environment": made["environment"],
+               "estimates": estimates["shares"],
                "estimated_windows": estimates["windows"], "cupti_overhead": cupti_overhead(trace)}
     write_json_atomic(out, record)
     if reference_rounds:
-        references, reference_overhead = [], []
+        references, reference_overhead, reference_buffers = [], [], []
         for round_ in range(reference_rounds):
             full_trace = out.with_suffix(f".full{round_}")
             command = [sys.executable, __file__, "one", workload, str(reference_steps), "full", sample,
@@ -442,10 +443,11 @@ def long_run(workload: str, steps: int, sample: str, watch_s: float, out: Path, 
                 raise SystemExit(f"{workload} full reference {round_} failed:\n{done.stderr[-3000:]}")
             references.append(shares(full_trace, "full", warmup)["shares"])
             reference_overhead.append(cupti_overhead(full_trace))
+            reference_buffers.append(json.loads(done.stdout.strip().splitlines()[-1])["cupti_buffer_bytes"])
             shutil.rmtree(full_trace)  # gigabytes an hour: its shares are what is kept
             print(f"reference {round_ + 1} of {reference_rounds} done", flush=True)
         record["reference"] = {"steps": reference_steps, "rounds": reference_rounds, "shares": references,
-                               "cupti_overhead": reference_overhead,
+                               "cupti_overhead": reference_overhead, "cupti_buffer_bytes": reference_buffers,
                                "agreement": reference_agreement(record["estimates"], references)}
         write_json_atomic(out, record)
     return record

@@ -180,34 +180,32 @@ COST_RECORDS = ("cost_h200.json", "cost_autotune_cache_h200.json")  # bench/jax_
 
 
 def jax_scopes_cost_rounds() -> str:
-    """``--cost-only`` records: per record, ms per iteration per mode (median over rounds) and
-    --jax-scopes over rlscope prof round by round, median with its distribution-free 95% interval;
-    then every record's rounds together."""
+    """``--cost-only`` records: per record, ms per iteration per mode (median over rounds, and
+    ``rlscope prof``'s range over its processes) and --jax-scopes over rlscope prof round by round,
+    median with its distribution-free 95% interval; then every record's rounds together."""
     from rlscope.calibrate.stats import median_interval95
 
     rows, pooled = [], []
-    for name in COST_RECORDS:
-        data = json.loads((JAX_SCOPES / name).read_text())
-        w, r = data["workload"], data["scopes_over_prof"]
+    records = [json.loads((JAX_SCOPES / name).read_text()) for name in COST_RECORDS]
+    for data in records:
+        w, r, prof = data["workload"], data["scopes_over_prof"], data["iteration_s"]["prof"]
         interval = r["interval95"]
         pooled += r["rounds"]
-        rows.append([f"{data['gpu']}, {data['host']['date']}, tree {data['tree']}",
+        rows.append([f"{data['gpu']}, {data['host']['date']}, tree {data.get('tree', data['host']['commit'])}",
                      f"`{data['xla_flags']}`" if data["xla_flags"] else "none",
                      f"{w['iterations']} ({w['envs']} x {w['steps']} steps)", data["rounds_done"],
-                     f"{data['iteration_s_median']['prof'] * 1e3:.2f}",
+                     f"{data['iteration_s_median']['prof'] * 1e3:.2f} [{min(prof) * 1e3:.2f}, {max(prof) * 1e3:.2f}]",
                      f"{data['iteration_s_median']['scopes'] * 1e3:.2f}",
                      f"{r['median']:.3f}x", f"[{interval[0]:.3f}, {interval[1]:.3f}]" if interval else "n/a",
                      f"[{r['min']:.3f}, {r['max']:.3f}]", sum(x <= 1.05 for x in r["rounds"])])
     interval = median_interval95(pooled)
-    prof_spread = [t for name in COST_RECORDS
-                   for t in json.loads((JAX_SCOPES / name).read_text())["iteration_s"]["prof"]]
-    return (markdown_table(["run", "XLA flags of both modes", "iterations per process", "rounds", "prof ms/iteration",
-                            "--jax-scopes ms/iteration", "--jax-scopes over prof, median", "its 95% interval",
-                            "range", "rounds <= 1.05x"], rows)
-            + f"\n\nEvery round of both records together: median {statistics.median(pooled):.3f}x, 95% interval "
-              f"[{interval[0]:.3f}, {interval[1]:.3f}], {sum(x <= 1.05 for x in pooled)} of {len(pooled)} rounds at or "
-              f"below 1.05x. `rlscope prof` alone, process to process: {min(prof_spread) * 1e3:.2f} to "
-              f"{max(prof_spread) * 1e3:.2f} ms per iteration.\n")
+    return (markdown_table(["run", "XLA flags of both modes", "iterations per process", "rounds",
+                            "prof ms/iteration, median [range over processes]", "--jax-scopes ms/iteration",
+                            "--jax-scopes over prof, median", "its 95% interval", "range", "rounds <= 1.05x"], rows)
+            + f"\n\nEvery round of the {len(records)} records together (machines and XLA flags as in their rows): "
+              f"median "
+              f"{statistics.median(pooled):.3f}x, 95% interval [{interval[0]:.3f}, {interval[1]:.3f}], "
+              f"{sum(x <= 1.05 for x in pooled)} of {len(pooled)} rounds at or below 1.05x.\n")
 
 
 def jax_scopes_precise_graphs_on() -> str:
@@ -247,7 +245,8 @@ def jax_scopes_executables() -> str:
                            "dumped over plain, median", "its 95% interval", "range"], rows) + "\n"
 
 
-TABLES: dict[str, Callable[[], str]] = {"jax_scopes_executables": jax_scopes_executables, "jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
+TABLES: dict[str, Callable[[], str]] = {"jax_scopes_executables": jax_scopes_executables,
+                                        "jax_scopes_shares": jax_scopes_shares, "jax_scopes_cost": jax_scopes_cost,
                                         "jax_scopes_ant": jax_scopes_ant,
                                         "jax_scopes_cost_rounds": jax_scopes_cost_rounds,
                                         "jax_scopes_precise_graphs_on": jax_scopes_precise_graphs_on}

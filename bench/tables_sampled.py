@@ -89,7 +89,7 @@ def _setting(data: dict) -> str:
     metadata lagged) had them added from the session's notes. Those at 082adc9 predate the budget."""
     budget = data["budget_mb_per_hour"]
     return (f"{data['tree']}, " + (f"budget {budget} MB/h" if budget is not None else "no budget, before it existed")
-            + f", {data['rounds']} rounds")
+            + f", {data['rounds']} rounds, CUPTI buffers {buffers(data)}")
 
 
 def gpu_cost() -> str:
@@ -158,9 +158,10 @@ SMALL_BUFFERS_FROM = "00bd671"
 
 
 def buffers(data: dict) -> str:
-    """The CUPTI activity buffer size a ``sampled_size.py`` record's processes asked for: listed
-    since 00bd671; every session before asked for 8 MiB; none on a machine without a GPU."""
-    if data["gpu"] == "none":
+    """The CUPTI activity buffer size a ``sampled_size.py`` record's processes asked for: records
+    list it since f0ffd20; one without it is older than 00bd671 (no record was made between), when
+    every session asked for 8 MiB; none on a machine without a GPU."""
+    if data.get("gpu") == "none":  # the two records at 082adc9 leave the GPU out: both ran on an H100
         return "no GPU"
     sizes = data.get("cupti_buffer_bytes")
     if sizes is None:
@@ -181,8 +182,10 @@ def long_runs() -> str:
         if "gpu_mb_settled_last" in data:
             gpu_first, gpu_last = data["gpu_mb_settled_last"]
             gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
-        else:  # the record's note says why
-            gpu_mb = "not measured (another GPU's was read)"
+        elif "nvml_gpu0_mb_settled_last" in data:  # the record's note says why
+            gpu_mb = "not measured (NVML's GPU 0 was read, not the loop's)"
+        else:
+            raise SystemExit(f"{path}: no GPU memory in the record, and no note of why")
         rows.append([data["workload"], data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU",
                      f"{data['host']['date']}, {data['tree']}", data["sample"], buffers(data),
                      f"{data['wall_s'] / 60:.1f}",
@@ -279,8 +282,17 @@ def long_shares() -> str:
                          f"{r['estimate']:.1%} [{r['low']:.1%}, {r['high']:.1%}]",
                          "yes" if r["within_tolerance"] else "no", "yes" if r["covered"] else "no",
                          f"{r['full_runs_within_tolerance']} of {ref['rounds']}"])
+    def missed(r: list[dict]) -> str:
+        """The shares outside the tolerance: by how much, against the tolerance; and the intervals
+        that miss."""
+        out = [f"{x['share']} {(x['estimate'] - x['full']) * 100:+.2f} points ({x['estimate'] / x['full'] - 1:+.1%}), "
+               f"tolerance {max(0.005, 0.05 * x['full']) * 100:.2f} points" for x in r if not x["within_tolerance"]]
+        uncovered = [x["share"] for x in r if not x["covered"]]
+        return ("; outside the tolerance: " + "; ".join(out) if out else "") + \
+            ("; intervals missing the references: " + ", ".join(uncovered) if uncovered else "")
+
     counts = [f"{data_workload}: {within} of {len(r)} estimates within the tolerance, {covered} of {len(r)} "
-              f"intervals covering the full traces' median"
+              f"intervals covering the full traces' median{missed(r)}"
               for data_workload, r in by_run
               for within, covered in [(sum(x["within_tolerance"] for x in r), sum(x["covered"] for x in r))]]
     return markdown_table(["loop", "machine", "sampled run", "CUPTI buffers", "full references (iterations)",
@@ -303,7 +315,7 @@ def buffer_requests() -> str:
                      buffers(data), f"{data['windows']:,}", f"{request['count']:,}", f"{request['median_us']:,.0f}",
                      f"{request['total_ms']:.1f}", f"{request['total_ms'] * 1e3 / max(data['windows'], 1):,.0f}"])
     return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
-                           "median request (us)", "all requests (ms)", "request time per window (us)"], rows)
+                           "median request (us)", "all requests (ms)", "all requests' time per window (us)"], rows)
 
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_buffer_requests": buffer_requests,

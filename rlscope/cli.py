@@ -221,11 +221,12 @@ def prof(output_dir: Path | None, transitions: bool, gpu: bool, process: str | N
          then_analyze: bool, sample: str | None, jax_scopes: str | None, force: bool, append: bool,
          command: tuple[str, ...]) -> None:
     """Run COMMAND with every Python process in it profiled: rlscope prof -- python train.py ARGS"""
-    from rlscope.collect.launch import default_output, is_trace_part, run_profiled
+    from rlscope.collect.launch import check_profile_options, default_output, is_trace_part, run_profiled
     from rlscope.outputs import claim_output, output_lock
 
     if force and append:
         raise click.UsageError("--force replaces the trace in --output and --append adds to it: give one")
+    check_profile_options(list(command), list(targets), sample, jax_scopes)  # before --output is claimed
     if output_dir is None:
         output_dir = default_output(list(command), "traces")
     with output_lock(output_dir, "rlscope prof " + " ".join(command)):  # claimed under the lock: see outputs

@@ -306,8 +306,9 @@ def test_the_activity_buffer_size_is_the_sessions_unless_the_environment_sets_on
 def test_a_bad_activity_buffer_size_is_one_clear_error(monkeypatch, tmp_path, value):
     monkeypatch.setenv(cupti.ENV_BUFFER_KIB, value)
     with pytest.raises(RlscopeError, match=f"RLSCOPE_CUPTI_BUFFER_KIB={value!r}: expected .* in KiB"):
-        cupti.buffer_bytes_from_env(cupti.FULL_BUFFER_BYTES)
-    assert not list(tmp_path.iterdir())
+        with rlscope.profile(tmp_path / "trace", gpu=False):
+            pass
+    assert not (tmp_path / "trace").exists()  # refused before anything was written
 
 
 def test_rlscope_prof_refuses_a_bad_activity_buffer_size_before_running(tmp_path):
@@ -318,6 +319,7 @@ def test_rlscope_prof_refuses_a_bad_activity_buffer_size_before_running(tmp_path
                           env={**__import__("os").environ, cupti.ENV_BUFFER_KIB: "lots"})
     assert done.returncode != 0 and "Traceback" not in done.stderr
     assert "RLSCOPE_CUPTI_BUFFER_KIB='lots'" in done.stderr and not (tmp_path / "ran").exists()
+    assert not (tmp_path / "t").exists()
 
 
 def test_hidden_gpus_are_reported(monkeypatch):

@@ -66,3 +66,18 @@ def test_the_dump_options_take_effect_and_leave_the_compiled_step_as_it_was() ->
     assert result["optimised_hlo_identical"]
     assert len(result["dumped_over_plain"]["pairs"]) == 3 and result["dumped_over_plain"]["interval95"] is None
     assert all(len(ms) == 3 and min(ms) > 0 for ms in result["iteration_ms"].values())
+
+
+def test_a_cost_only_record_holds_the_ratio_per_round_and_its_interval_and_no_attribution() -> None:
+    import argparse
+
+    args = argparse.Namespace(envs=8, steps=8, iterations=3, cost_only=True)
+    times = {"prof": [1.0, 1.1, 0.9, 1.0, 1.2, 1.0], "scopes": [1.0, 1.0, 1.0, 1.1, 1.2, 0.9]}
+    rounds = [{"prof": p, "scopes": s} for p, s in zip(times["prof"], times["scopes"])]
+    record = bench._record(args, {"command": "x"}, times, rounds, {}, [])
+    ratio = record["scopes_over_prof"]
+    assert ratio["rounds"] == [s / p for p, s in zip(times["prof"], times["scopes"])]
+    assert tuple(ratio["interval95"]) == (min(ratio["rounds"]), max(ratio["rounds"]))  # six rounds: the outermost
+    assert "precise_over_prof" not in record and "attribution" not in record
+    short = bench._record(args, {"command": "x"}, {k: v[:3] for k, v in times.items()}, rounds[:3], {}, [])
+    assert short["scopes_over_prof"]["interval95"] is None  # too few rounds for one

@@ -97,3 +97,20 @@ def test_cupti_overhead_counts_the_records_of_a_recorded_gpu_trace() -> None:
     found = sampled_size.cupti_overhead(Path(__file__).parent / "fixtures" / "cupti" / "trace")
     request = found["overhead: activity buffer request"]
     assert request["count"] == 2 and request["median_us"] > 0 and request["total_ms"] >= request["median_us"] / 1e3
+
+
+def test_the_memory_watcher_reads_the_gpu_the_loop_sees(tmp_path: Path, monkeypatch) -> None:
+    """Two GPUs, CUDA_VISIBLE_DEVICES=1: the used memory is GPU 1's, not NVML's first."""
+    import types
+
+    from rlscope import nvidia
+
+    used = {0: 5e9, 1: 7e9}
+    fake = types.SimpleNamespace(
+        nvmlDeviceGetCount=lambda: 2, nvmlDeviceGetHandleByIndex=lambda i: i,
+        nvmlDeviceGetMemoryInfo=lambda handle: types.SimpleNamespace(used=used[handle]))
+    monkeypatch.setattr(nvidia, "open_nvml", lambda: fake)
+    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "1")
+    watcher = sampled_size.Watcher(tmp_path / "trace", 60.0)
+    watcher.sample()
+    assert watcher.samples[-1][2] == 7e3

@@ -207,3 +207,28 @@ def test_no_flusher_thread_when_the_time_bound_is_off(tmp_path: Path, monkeypatc
     with rlscope.profile(tmp_path, gpu=False):
         assert not any(t.name == "rlscope-flusher" for t in threading.enumerate())
     assert os.path.getsize(next(tmp_path.glob("*/events.arrows"))) > 0
+
+
+def test_rlscope_prof_refuses_a_bad_flush_interval_before_running(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-m", "rlscope.cli", "prof", "--output", str(tmp_path / "t"), "--",
+                           sys.executable, "-c", "open('ran', 'w')"], cwd=tmp_path, capture_output=True, text=True,
+                          env={**os.environ, ENV_FLUSH_INTERVAL: "-1"})
+    assert done.returncode != 0 and "Traceback" not in done.stderr and f"{ENV_FLUSH_INTERVAL}='-1'" in done.stderr
+    assert not (tmp_path / "ran").exists() and not (tmp_path / "t").exists()
+
+
+@pytest.mark.parametrize(("text", "value"), [("", None), ("  ", None), ("2.5", 2.5), ("inf", float("inf"))])
+def test_a_number_from_the_environment_is_read_or_left_unset(monkeypatch, text: str, value) -> None:
+    from rlscope.collect.environment import number_from_env
+
+    monkeypatch.setenv("RLSCOPE_TEST_NUMBER", text)
+    assert number_from_env("RLSCOPE_TEST_NUMBER", float, lambda v: v > 0, "a positive number") == value
+
+
+@pytest.mark.parametrize("text", ["soon", "0", "-3"])
+def test_a_bad_number_in_the_environment_names_the_variable_and_what_it_expects(monkeypatch, text: str) -> None:
+    from rlscope.collect.environment import number_from_env
+
+    monkeypatch.setenv("RLSCOPE_TEST_NUMBER", text)
+    with pytest.raises(RlscopeError, match=f"RLSCOPE_TEST_NUMBER={text!r}: expected a positive number"):
+        number_from_env("RLSCOPE_TEST_NUMBER", float, lambda v: v > 0, "a positive number")

@@ -30,13 +30,12 @@ __all__ = ["GpuCollector", "GpuCollectorError", "GpuUnavailableWarning", "buffer
 
 ENV_DUMP = "RLSCOPE_CUPTI_DUMP_DIR"  # also save raw activity buffers there (decoder test fixtures)
 ENV_BUFFER_KIB = "RLSCOPE_CUPTI_BUFFER_KIB"  # the size of CUPTI's activity buffers, over the session's choice
-# CUPTI asks for an activity buffer on the thread whose record needs one, and the request takes
-# longer the larger the buffer (its overhead records: docs/results/sampled.md). A full trace fills
-# each buffer, so that is paid once per buffer of records. A sampled window writes far less than a
-# buffer and starts on fresh ones (the flusher hands CUPTI's buffers over between windows), so with
-# full-size buffers each window paid a whole request on each thread that recorded, inside whichever
-# operation made the thread's first record (in PyTorch, a backward pass on the autograd thread),
-# and the shares estimated from the windows were off by it.
+# CUPTI asks for an activity buffer on the thread whose record needs one, and a request takes
+# longer the larger the buffer (CUPTI's overhead records: docs/results/sampled.md). A full trace
+# fills each buffer, so that is paid once per buffer of records. A sampled window writes far less
+# than a buffer and starts on fresh ones (the flusher hands CUPTI's buffers over between windows),
+# so its first records wait for requests inside the window's operations; sampled runs with 8 MiB
+# buffers missed the full traces' shares where the same runs with 256 KiB agreed.
 FULL_BUFFER_BYTES = 8 << 20
 SAMPLED_BUFFER_BYTES = 256 << 10
 _CUPTI_ERROR_INSUFFICIENT_PRIVILEGES = 35
@@ -67,7 +66,7 @@ def _likely_culprit() -> str:
 
 
 def buffer_bytes_from_env(chosen: int) -> int:
-    """``chosen``, or the size ``RLSCOPE_CUPTI_BUFFER_KIB`` asks for (KiB, a positive whole number)."""
+    """``chosen``, or the size ``RLSCOPE_CUPTI_BUFFER_KIB`` asks for (KiB, a whole number from 4 to 2**20)."""
     kib = number_from_env(ENV_BUFFER_KIB, int, lambda v: 4 <= v <= 1 << 20,
                           f"CUPTI's activity buffer size in KiB, a whole number from 4 to {1 << 20} (e.g. 256); "
                           f"unset it for the session's choice ({chosen >> 10} KiB)")

@@ -27,7 +27,8 @@ from rlscope.collect.environment import (
     ENV_WALL_ONLY,
     ENV_WINDOWS,
 )
-from rlscope.collect.cupti import FULL_BUFFER_BYTES, buffer_bytes_from_env
+from rlscope.collect.cupti import FULL_BUFFER_BYTES, SAMPLED_BUFFER_BYTES, buffer_bytes_from_env
+from rlscope.collect.flusher import flush_interval_s
 from rlscope.collect.jax_scopes import parse_jax_scopes
 from rlscope.collect.python import parse_targets
 from rlscope.collect.sampling import parse_sample
@@ -37,7 +38,7 @@ from rlscope.outputs import only_files
 from rlscope.trace.schema import (EVENTS_FILE, GPU_NAMES_CRC_FILE, GPU_NAMES_FILE, GPU_ROWS_CRC_FILE, GPU_ROWS_FILE,
                                   META_FILE, SAMPLES_FILE, UTILISATION_FILE)
 
-__all__ = ["run_profiled", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
+__all__ = ["run_profiled", "check_profile_options", "default_output", "is_trace_part", "BOOTSTRAP_DIR"]
 
 BOOTSTRAP_DIR = Path(__file__).resolve().parent / "bootstrap"
 # What a profiled process writes into its folder of a trace.
@@ -77,6 +78,21 @@ def is_trace_part(path: Path) -> bool:
     return path.name == "calibration.json"
 
 
+def check_profile_options(command: list[str], targets: list[str] | None = None, sample: str | None = None,
+                          jax_scopes: str | None = None) -> None:
+    """What every profiled process would refuse, refused now, in one message, before anything is
+    written or run (not once per child process): the command, the targets, the sample spec, the
+    jax-scopes mode, and the numbers the environment sets (CUPTI's buffer size, the flush interval)."""
+    if not command:
+        raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
+    parse_targets(",".join(targets or []))
+    if sample is not None:
+        parse_sample(sample)
+    parse_jax_scopes(jax_scopes)
+    buffer_bytes_from_env(FULL_BUFFER_BYTES if sample is None else SAMPLED_BUFFER_BYTES)
+    flush_interval_s()
+
+
 def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bool = True,
                  gpu: bool | str = True, process: str | None = None, targets: list[str] | None = None,
                  wall_only: bool = False, until_first_step: bool = False, windows: str | None = None,
@@ -94,13 +110,8 @@ def run_profiled(command: list[str], output_dir: Path | None, *, transitions: bo
     ``stdout``: where the command's output goes (both streams), default the terminal;
     ``timeout_s``: kill the command after this long and raise ``subprocess.TimeoutExpired``.
     """
-    if not command:
-        raise RlscopeError("no command given; usage: rlscope prof -- python train.py ARGS")
+    check_profile_options(command, targets, sample, jax_scopes)
     target_spec = ",".join(targets or [])
-    parse_targets(target_spec)  # a typo is reported now, not once per child process
-    if sample is not None:
-        parse_sample(sample)  # the same
-    buffer_bytes_from_env(FULL_BUFFER_BYTES)  # RLSCOPE_CUPTI_BUFFER_KIB, the same
     jax_scopes = parse_jax_scopes(jax_scopes)
     if output_dir is None:
         output_dir = default_output(command, "traces")
