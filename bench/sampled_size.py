@@ -192,23 +192,45 @@ def shares(trace: Path, mode: str, warmup: int) -> dict[str, Any]:
                                                               float(row.share_high)] for row in table.itertuples()}}
 
 
+def time_in_windows(starts: np.ndarray, ends: np.ndarray, windows: np.ndarray) -> tuple[int, float]:
+    """Of the intervals ``[starts, ends)``, how many overlap one of ``windows`` (rows of [begin,
+    end), disjoint) and for how many nanoseconds in all."""
+    count, inside_ns = 0, 0.0
+    for begin, end in windows:
+        inside = np.clip(np.minimum(ends, end) - np.maximum(starts, begin), 0, None)
+        count += int((inside > 0).sum())
+        inside_ns += float(inside.sum())
+    return count, inside_ns
+
+
 def cupti_overhead(trace: Path) -> dict[str, dict[str, float]]:
     """CUPTI's own overhead records (``Kind.PROFILER_OVERHEAD``) of the trace's processes, by name:
-    how many, their median and total time. A buffer request is one: where a window's first
-    records wait for one, that wait is in the window's operations."""
+    how many, their median and total time; how many on the process's main thread (CUPTI gives the
+    low 32 bits of the thread's id); and of a sampled process, how many fell in its windows'
+    measured parts, and their time there. A buffer request is one: where a window's first records
+    wait for one, that wait is in the window's operations."""
     from rlscope.analyze.attribution import read_attributed
+    from rlscope.analyze.sampled import is_sampled, sampled_windows
     from rlscope.trace.schema import Kind
 
     out: dict[str, dict[str, float]] = {}
     for process in read_attributed(trace):  # with the GPU rows, where CUPTI's records are
         ev = process.events
         records = ev[ev["kind"] == int(Kind.PROFILER_OVERHEAD)]
+        windows = np.array([[b, e] for _, b, e, _ in sampled_windows(process)], dtype=np.int64).reshape(-1, 2) \
+            if is_sampled(process) else np.empty((0, 2), dtype=np.int64)
+        main = int(process.meta["main_tid"]) & 0xFFFFFFFF
         for name, group in records.groupby("name", observed=True):
-            us = (group["end_ns"] - group["start_ns"]).to_numpy() / 1e3
-            row = out.setdefault(str(name), {"count": 0, "total_ms": 0.0, "median_us": 0.0, "_all": []})
-            row["count"] += len(us)
-            row["total_ms"] += float(us.sum()) / 1e3
-            row["_all"].extend(us.tolist())
+            starts, ends = group["start_ns"].to_numpy(), group["end_ns"].to_numpy()
+            row = out.setdefault(str(name), {"count": 0, "total_ms": 0.0, "main_thread": 0, "in_windows": 0,
+                                             "in_windows_ms": 0.0, "_all": []})
+            row["count"] += len(starts)
+            row["total_ms"] += float((ends - starts).sum()) / 1e6
+            row["main_thread"] += int(((group["tid"].to_numpy().astype(np.int64) & 0xFFFFFFFF) == main).sum())
+            count, inside_ns = time_in_windows(starts, ends, windows)
+            row["in_windows"] += count
+            row["in_windows_ms"] += inside_ns / 1e6
+            row["_all"].extend(((ends - starts) / 1e3).tolist())
     for row in out.values():
         row["median_us"] = float(statistics.median(row.pop("_all")))
     return out

@@ -97,6 +97,8 @@ def test_cupti_overhead_counts_the_records_of_a_recorded_gpu_trace() -> None:
     found = sampled_size.cupti_overhead(Path(__file__).parent / "fixtures" / "cupti" / "trace")
     request = found["overhead: activity buffer request"]
     assert request["count"] == 2 and request["median_us"] > 0 and request["total_ms"] >= request["median_us"] / 1e3
+    assert request["main_thread"] == 1  # the other came on CUPTI's flushing thread
+    assert request["in_windows"] == 0 and request["in_windows_ms"] == 0.0  # a full trace has no windows
 
 
 def test_the_memory_watcher_reads_the_gpu_the_loop_sees(tmp_path: Path, monkeypatch) -> None:
@@ -114,3 +116,13 @@ def test_the_memory_watcher_reads_the_gpu_the_loop_sees(tmp_path: Path, monkeypa
     watcher = sampled_size.Watcher(tmp_path / "trace", 60.0)
     watcher.sample()
     assert watcher.samples[-1][2] == 7e3
+
+
+def test_time_in_windows_counts_the_overlapping_parts_only() -> None:
+    import numpy as np
+
+    starts, ends = np.array([0, 10, 25, 40]), np.array([5, 20, 35, 45])
+    windows = np.array([[12, 30], [44, 50]])
+    # [10, 20) has 8 inside the first window, [25, 35) 5, [40, 45) 1 inside the second; [0, 5) none
+    assert sampled_size.time_in_windows(starts, ends, windows) == (3, 14.0)
+    assert sampled_size.time_in_windows(starts, ends, np.empty((0, 2))) == (0, 0.0)
