@@ -198,26 +198,34 @@ def test_rlscope_prof_refuses_a_bad_sample_spec_in_one_line(tmp_path: Path) -> N
     assert "at least twice a window" in done.stderr
 
 
-@pytest.mark.gpu
-def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
+def _sampled_gpu_loop(directory: Path, spec: SampleSpec) -> tuple[object, dict, object]:
+    """1,000 iterations of one small kernel in an operation, sampled with ``spec``: the process
+    (GPU rows attributed), its samples.json, and its kernels."""
     torch = pytest.importorskip("torch")
     from rlscope.analyze.attribution import read_attributed
-    from rlscope.collect.cupti import SAMPLED_BUFFER_BYTES
     from rlscope.trace.schema import Kind
 
     x = torch.ones(1 << 16, device="cuda")
     torch.cuda.synchronize()
-    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1")
-    with rlscope.profile(tmp_path, process="gpu", sample=spec):
+    with rlscope.profile(directory, process="gpu", sample=spec):
         for _ in range(1000):
             rlscope.step()
             with rlscope.operation("compute"):
                 x.mul_(1.0001)
             torch.cuda.synchronize()
-    (process,) = read_attributed(tmp_path)
+    (process,) = read_attributed(directory)
+    saved = json.loads((process.directory / SAMPLES_FILE).read_text())
+    return process, saved, process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
+
+
+@pytest.mark.gpu
+def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
+    from rlscope.collect.cupti import SAMPLED_BUFFER_BYTES
+
+    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1")
+    process, saved, kernels = _sampled_gpu_loop(tmp_path, spec)
     assert process.meta["gpu"]["buffer_bytes"] == SAMPLED_BUFFER_BYTES  # windows start on small buffers
-    windows = json.loads((process.directory / SAMPLES_FILE).read_text())["windows"]
-    kernels = process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
+    windows = saved["windows"]
     # one kernel per iteration while a window is on (its settling iterations included, and at most
     # one window still open at the end): nothing between windows
     assert len(windows) * spec.window <= len(kernels) <= (len(windows) + 1) * spec.window
@@ -232,27 +240,14 @@ def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Pat
 def test_a_sampled_gpu_run_that_detaches_between_windows_records_every_window(tmp_path: Path, monkeypatch) -> None:
     """detach=1 with every gap long enough: CUPTI let go after each window and attached again for
     the next; the kernels are still those of the windows, charged to their operation."""
-    torch = pytest.importorskip("torch")
-    from rlscope.analyze.attribution import read_attributed
     from rlscope.collect import sampling
-    from rlscope.trace.schema import Kind
 
     monkeypatch.setattr(sampling, "DETACH_MIN_GAP_S", 0.0)
-    x = torch.ones(1 << 16, device="cuda")
-    torch.cuda.synchronize()
     spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1,budget=0,detach=1")
-    with rlscope.profile(tmp_path, process="gpu", sample=spec):
-        for _ in range(1000):
-            rlscope.step()
-            with rlscope.operation("compute"):
-                x.mul_(1.0001)
-            torch.cuda.synchronize()
-    (process,) = read_attributed(tmp_path)
-    saved = json.loads((process.directory / SAMPLES_FILE).read_text())
+    process, saved, kernels = _sampled_gpu_loop(tmp_path, spec)
     windows = saved["windows"]
     assert saved["detached_gaps"] >= len(windows) - 1 > 5
     assert process.meta["gpu"]["detaches"] >= saved["detached_gaps"]  # each let go of CUPTI, the stop too
-    kernels = process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
     assert len(windows) * spec.window <= len(kernels) <= (len(windows) + 1) * spec.window
     names = process.events["name"].cat.categories
     assert {names[i] for i in kernels["operation"]} == {"compute"}
