@@ -525,6 +525,7 @@ def _sampled_with_a_fake_gpu(tmp_path: Path, spec: str, monkeypatch, min_gap_s: 
 
 
 def test_detach_lets_go_of_cupti_for_the_long_gaps_only(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "jaxlib", raising=False)  # another test may have imported JAX
     spec = "window=5,block=50,warmup=10,budget=0,seed=4,detach=1"
     saved, fake = _sampled_with_a_fake_gpu(tmp_path / "every", spec, monkeypatch, 0.0)
     # every gap but the first (no step rate yet) is long enough when any gap is
@@ -534,6 +535,7 @@ def test_detach_lets_go_of_cupti_for_the_long_gaps_only(tmp_path: Path, monkeypa
 
 
 def test_detach_is_off_by_default_and_never_with_xla_loaded(tmp_path: Path, monkeypatch) -> None:
+    monkeypatch.delitem(sys.modules, "jaxlib", raising=False)
     saved, fake = _sampled_with_a_fake_gpu(tmp_path / "default", "window=5,block=50,warmup=10,budget=0,seed=4",
                                            monkeypatch, 0.0)
     assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10
