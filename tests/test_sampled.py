@@ -503,7 +503,7 @@ class _FakeGpu:
 
     def record(self, api: bool, gpu: bool, detach: bool = False) -> None:
         assert not detach or not (api or gpu), "detach asked for while recording"
-        self.offs += not (api or gpu)
+        self.offs += not (api or gpu or detach)  # the switches off; a detach follows one of them
         self.detaches += detach
 
     def stop(self) -> dict:

@@ -291,13 +291,14 @@ class SampledWindows:
             self.blocks.append(self._budget.block)
             self._listed_bytes += _json_bytes(self.windows[-1]) + _json_bytes(self.blocks[-1])
         if self._state in ("start", "measuring"):
+            self.switch.apply(_OFF)
+            _hotpath.set_step_rows(False)
             if self._state == "measuring":
                 block = self._budget.after_window(end_ns, len(self.windows), self._iteration)
                 self._next_start = self._iteration + _gap(self._rng, self.spec.window, block)
-            self.switch.apply(_OFF, detach=self._detach_for(self._next_start - self._iteration))
-            _hotpath.set_step_rows(False)
-            # a call of its own where the estimates' run starts
-            if self._state == "start" and self.spec.warmup > self._iteration:
+                if self._detach_for(self._next_start - self._iteration):
+                    self.switch.let_go_of_gpu()
+            elif self.spec.warmup > self._iteration:  # a call of its own where the estimates' run starts
                 self._state = "warm-up"
                 return self.spec.warmup - self._iteration
             self._state = "off"

@@ -94,7 +94,7 @@ class LayerSwitch:
             self.annotations_switched = not self.session._ops.current_stack()
         return self.annotations_switched
 
-    def apply(self, level: int, detach: bool = False) -> bool:
+    def apply(self, level: int) -> bool:
         session = self.session
         annotate = level >= 1 or not self.decide_annotations() or bool(session._ops.current_stack())
         recorder.annotate_into(session if annotate else None)
@@ -108,10 +108,17 @@ class LayerSwitch:
             settling = collector.switch_leaves_cost
         gpu = session._gpu
         if gpu is not None and ((level >= 3) != (self.level >= 3) or (level >= 4) != (self.level >= 4)):
-            gpu.record(api=level >= 3, gpu=level >= 4, detach=detach)
+            gpu.record(api=level >= 3, gpu=level >= 4)
             settling = settling or self.settle_after_gpu_switch
         self.level = 1 if annotate and level == 0 else level
         return settling
+
+    def let_go_of_gpu(self) -> None:
+        """With CUDA API calls and GPU activities off: let go of CUPTI until they are on again
+        (a sampled session's long gaps, ``rlscope.collect.sampling``)."""
+        gpu = self.session._gpu
+        if gpu is not None and self.level < 3:
+            gpu.record(api=False, gpu=False, detach=True)
 
     def restore(self) -> None:
         """Everything back on (a session's end: its last layers' state is what it stops from)."""
