@@ -204,7 +204,9 @@ def long_runs() -> str:
 BETWEEN_RUNS = ("between_h200.csv", "between_nogpu_h200.csv")
 _BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached with every kind off, "
                                      "NVML sampler running)",
-                  "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)"}
+                  "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)",
+                  "sampled-between-detached": "the same with the GPU layer after letting go of CUPTI (detach=1; "
+                                              "NVML sampler running)"}
 
 
 def between_cost() -> str:
