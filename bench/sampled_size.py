@@ -347,8 +347,9 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
     Trace rate over the whole run and, fitted, over its second half (the start-up left out);
     resident and GPU memory once settled and at the session's end, the resident range between
     them, and their growth fitted over the second half;
-    the windows it drew (``samples.json``), CUPTI's dropped records and the activity buffers'
-    size its processes asked for (``RLSCOPE_CUPTI_BUFFER_KIB`` can change it)."""
+    the windows it drew and the gaps it let go of CUPTI for (``samples.json``), CUPTI's dropped
+    records and the activity buffers' size its processes asked for (``RLSCOPE_CUPTI_BUFFER_KIB``
+    can change it)."""
     samples = [json.loads(path.read_text()) for path in trace.rglob("samples.json")]
     stepped = [s for s in samples if s["calls"]]
     if not stepped:
@@ -366,6 +367,7 @@ def long_record(run: dict[str, Any], trace: Path, workload: str, steps: int, sam
     return machine | {
         "workload": workload, "steps": steps, "sample": sample, "wall_s": run["wall_s"],
         "iterations": main_process["calls"][-1][0], "windows": len(main_process["windows"]),
+        "detached_gaps": main_process.get("detached_gaps", 0),
         "largest_block": max(main_process["blocks"], default=0), "trace_bytes": run["trace_bytes"],
         "trace_mb_per_hour": run["trace_bytes"] / 1e6 / run["wall_s"] * 3600,
         "trace_mb_per_hour_late": growth_per_hour(timeline, 3),

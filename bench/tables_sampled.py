@@ -193,15 +193,40 @@ def long_runs() -> str:
                      f"{data['windows']:,}", f"{data['trace_mb_per_hour']:.0f}",
                      f"{data['trace_mb_per_hour_late']:.0f}", f"{rss_first:,.1f} -> {rss_last:,.1f}",
                      f"{high - low:.1f}", f"{data['rss_mb_per_hour']:+,.0f}", gpu_mb, f"{data['dropped_records']:,}"])
-    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "minutes", "iterations",
+    table = markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "minutes", "iterations",
                            "windows",
                            "trace MB/h, whole run", "trace MB/h, second half", "resident MB, settled -> end",
                            "resident range after settling (MB)", "resident growth fitted over the second half (MB/h)",
                            "GPU MB, settled -> end", "dropped records"], rows)
+    return table + "".join(f"\n{line}\n" for line in detach_memory_lines())
+
+
+def detach_memory_lines() -> list[str]:
+    """Per GPU run with ``detach=1``, its memory growth fitted over the second half beside that
+    of the GPU runs without it: each detach and attach may leave memory behind, which a run of
+    hours multiplies."""
+    runs = [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("long_*.json"))]
+    measured = [run for run in runs if run["gpu"] != "none" and "gpu_mb_settled_last" in run]
+    attached = [run for run in measured if "detach=1" not in run["sample"]]
+    def per_hour(value: float) -> str:
+        return f"{round(value):+,d}"  # a rounded int: no "-0"
+
+    lines = []
+    for run in (run for run in measured if "detach=1" in run["sample"]):
+        first, last = run["gpu_mb_settled_last"]
+        lines.append(
+            f"{run['workload']} with detach=1 ({run['tree']}, {run['windows']:,} windows in "
+            f"{run['wall_s'] / 60:.1f} min): GPU memory {first:,.1f} -> {last:,.1f} MB after settling, fitted "
+            f"growth {per_hour(run['gpu_mb_per_hour'])} MB/h, resident {per_hour(run['rss_mb_per_hour'])} MB/h; the "
+            f"{len(attached)} GPU runs that kept CUPTI attached: GPU memory growth "
+            f"{per_hour(min(r['gpu_mb_per_hour'] for r in attached))} to {per_hour(max(r['gpu_mb_per_hour'] for r in attached))} "
+            f"MB/h, resident {per_hour(min(r['rss_mb_per_hour'] for r in attached))} to "
+            f"{per_hour(max(r['rss_mb_per_hour'] for r in attached))} MB/h")
+    return lines
 
 
 # bench/gpu_overhead.py compare's CSVs of the cost between windows, each with its OUT.json beside it
-BETWEEN_RUNS = ("between_h200.csv", "between_nogpu_h200.csv")
+BETWEEN_RUNS = ("between_h200.csv", "between_nogpu_h200.csv", "between_detached_h200.csv")
 _BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached with every kind off, "
                                      "NVML sampler running)",
                   "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)",
@@ -314,8 +339,29 @@ def buffer_requests() -> str:
         rows.append([data["workload"], data["gpu"], f"{data['host']['date']}, {data['tree']}", data["sample"],
                      buffers(data), f"{data['windows']:,}", f"{request['count']:,}", f"{request['median_us']:,.0f}",
                      f"{request['total_ms']:.1f}", f"{request['total_ms'] * 1e3 / max(data['windows'], 1):,.0f}"])
-    return markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
+    table = markdown_table(["loop", "machine", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
                            "median request (us)", "all requests (ms)", "all requests' time per window (us)"], rows)
+    return table + "\n" + requests_by_place()
+
+
+def requests_by_place() -> str:
+    """The runs whose records say where CUPTI's buffer requests fell (``cupti_overhead``'s
+    ``main_thread`` and ``in_windows``, since the bench counts them): on the training thread,
+    inside windows, and the requests' time inside windows per window, the part that can move a
+    window's shares."""
+    rows = []
+    for path in sorted([*SAMPLED.glob("requests_*.json"), *SAMPLED.glob("long_*.json")]):
+        data = json.loads(path.read_text())
+        request = data.get("cupti_overhead", {}).get("overhead: activity buffer request")
+        if not request or "main_thread" not in request:
+            continue
+        rows.append([data["workload"], f"{data['host']['date']}, {data['tree']}", data["sample"], buffers(data),
+                     f"{data['windows']:,}", f"{request['count']:,}", f"{request['main_thread']:,}",
+                     f"{request['in_windows']:,}", f"{request['in_windows_ms']:.1f}",
+                     f"{request['in_windows_ms'] * 1e3 / max(data['windows'], 1):,.1f}"])
+    return markdown_table(["loop", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
+                           "on the training thread", "inside windows", "their time inside windows (ms)",
+                           "per window (us)"], rows)
 
 
 TABLES: dict[str, Callable[[], str]] = {"sampled_buffer_requests": buffer_requests,

@@ -52,9 +52,11 @@ the finalize, at the next CUDA call's exit on whatever thread makes it; the subs
 the first launches after it, in the window's settling iterations), paid back only where the gap
 is long. Never in a process with XLA loaded: hundreds of detaches a run crashed processes whose
 XLA threads were inside CUDA at the time (``windows.py``), and a profiler that may crash the run
-it watches is not one to leave on for hours. It is off by default until it has been measured
-safe and cheaper on the PyTorch loops (``bench/gpu_overhead.py``'s between-window modes);
-``samples.json`` counts the gaps it detached for (``detached_gaps``).
+it watches is not one to leave on for hours. It is off by default: measured on an H200, it ran
+safely on the PyTorch loops and cost less between windows, but every detach and attach left the
+GPU's and the process's memory higher (docs/results/sampled.md: "Letting go of CUPTI between
+windows"), which a run of hours cannot afford. ``samples.json`` counts the gaps it detached for
+(``detached_gaps``).
 
 A process is fully traced until its first ``rlscope.step()``, which switches it off; one that
 never calls it (a worker, a helper process) stays an ordinary full trace.
