@@ -145,6 +145,9 @@ def detached_between(session: AbstractContextManager[Any]) -> Iterator[Any]:
     segment's first step."""
     from rlscope import recorder
 
+    if "jaxlib" in sys.modules:  # as sampling's _detach_for: detaching under XLA's threads crashed processes
+        raise SystemExit("sampled-between-detached: never in a process with JAX's XLA loaded (jax_loop); "
+                         "run this mode on the PyTorch loops")
     with session as entered:
         gpu = recorder.bound()._gpu
         if gpu is not None:

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import gpu_overhead
 from tables_common import RESULTS, markdown_table
 
-from rlscope.collect.sampling import SampleSpec
+from rlscope.collect.sampling import SampleSpec, parse_sample
 
 SAMPLED = RESULTS / "sampled"
 
@@ -202,26 +202,29 @@ def long_runs() -> str:
 
 
 def detach_memory_lines() -> list[str]:
-    """Per GPU run with ``detach=1``, its memory growth fitted over the second half beside that
-    of the GPU runs without it: each detach and attach may leave memory behind, which a run of
-    hours multiplies."""
+    """Per GPU run with ``detach=1``, its GPU memory growth fitted over the second half beside
+    that of the GPU runs that kept CUPTI attached: each detach and attach may leave memory
+    behind, which a run of hours multiplies."""
     runs = [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("long_*.json"))]
-    measured = [run for run in runs if run["gpu"] != "none" and "gpu_mb_settled_last" in run]
-    attached = [run for run in measured if "detach=1" not in run["sample"]]
-    def per_hour(value: float) -> str:
-        return f"{round(value):+,d}"  # a rounded int: no "-0"
+    measured = [run for run in runs if run["gpu"] != "none" and "gpu_mb_settled_last" in run
+                and math.isfinite(run["gpu_mb_per_hour"])]
+    detached = [run for run in measured if parse_sample(run["sample"]).detach]
+    attached = [run for run in measured if not parse_sample(run["sample"]).detach]
+
+    def per_hour(values: list[float]) -> str:
+        low, high = (round(min(values)), round(max(values)))  # rounded ints: no "-0"
+        return f"{low:+,d} MB/h" if low == high else f"{low:+,d} to {high:+,d} MB/h"
 
     lines = []
-    for run in (run for run in measured if "detach=1" in run["sample"]):
+    for run in detached:
         first, last = run["gpu_mb_settled_last"]
-        lines.append(
-            f"{run['workload']} with detach=1 ({run['tree']}, {run['windows']:,} windows in "
-            f"{run['wall_s'] / 60:.1f} min): GPU memory {first:,.1f} -> {last:,.1f} MB after settling, fitted "
-            f"growth {per_hour(run['gpu_mb_per_hour'])} MB/h, resident {per_hour(run['rss_mb_per_hour'])} MB/h; the "
-            f"{len(attached)} GPU runs that kept CUPTI attached: GPU memory growth "
-            f"{per_hour(min(r['gpu_mb_per_hour'] for r in attached))} to {per_hour(max(r['gpu_mb_per_hour'] for r in attached))} "
-            f"MB/h, resident {per_hour(min(r['rss_mb_per_hour'] for r in attached))} to "
-            f"{per_hour(max(r['rss_mb_per_hour'] for r in attached))} MB/h")
+        line = (f"{run['workload']} with detach=1 ({run['tree']}, {run['windows']:,} windows in "
+                f"{run['wall_s'] / 60:.1f} min): GPU memory {first:,.1f} -> {last:,.1f} MB after settling, fitted "
+                f"growth {per_hour([run['gpu_mb_per_hour']])}")
+        if attached:
+            line += (f"; the {len(attached)} GPU runs that kept CUPTI attached, where GPU memory was measured: "
+                     f"{per_hour([r['gpu_mb_per_hour'] for r in attached])}")
+        lines.append(line + ".")
     return lines
 
 
@@ -256,8 +259,8 @@ def between_cost() -> str:
                 if mode not in entry:
                     continue
                 low, high = entry[f"{mode}_range"]
-                rows.append([entry["loop"], label, f"{entry[mode]:.3f}x [{low:.3f}, {high:.3f}]", entry[f"{mode}_rounds"],
-                             how])
+                rows.append([entry["loop"], label, f"{entry[mode]:.3f}x [{low:.3f}, {high:.3f}]",
+                             entry[f"{mode}_rounds"], how])
         for row in records:  # per round, as summarize takes it
             if row["mode"] not in _BETWEEN_MODES:
                 raise SystemExit(f"{SAMPLED / name}: mode {row['mode']!r} is not one this table shows "
@@ -330,7 +333,8 @@ def long_shares() -> str:
 def buffer_requests() -> str:
     """``sampled/requests_*.json`` (``sampled_size.py long`` with ``RLSCOPE_CUPTI_BUFFER_KIB``):
     per run, the activity buffers' size and CUPTI's buffer requests over the run, each on the
-    thread whose record needed a buffer: how many, their median and total time, per window."""
+    thread whose record needed a buffer: how many, their median and total time, per window; then
+    where they fell, for the records that count it (``requests_by_place``)."""
     rows = []
     for path in sorted(SAMPLED.glob("requests_*.json")):
         data = json.loads(path.read_text())
@@ -352,13 +356,15 @@ def requests_by_place() -> str:
     rows = []
     for path in sorted([*SAMPLED.glob("requests_*.json"), *SAMPLED.glob("long_*.json")]):
         data = json.loads(path.read_text())
-        request = data.get("cupti_overhead", {}).get("overhead: activity buffer request")
-        if not request or "main_thread" not in request:
+        request = data.get("cupti_overhead", {}).get("overhead: activity buffer request", {})
+        if not {"main_thread", "in_windows", "in_windows_ms"} <= request.keys():
             continue
         rows.append([data["workload"], f"{data['host']['date']}, {data['tree']}", data["sample"], buffers(data),
                      f"{data['windows']:,}", f"{request['count']:,}", f"{request['main_thread']:,}",
                      f"{request['in_windows']:,}", f"{request['in_windows_ms']:.1f}",
                      f"{request['in_windows_ms'] * 1e3 / max(data['windows'], 1):,.1f}"])
+    if not rows:
+        return ""
     return markdown_table(["loop", "date, tree", "sample", "CUPTI buffers", "windows", "buffer requests",
                            "on the training thread", "inside windows", "their time inside windows (ms)",
                            "per window (us)"], rows)

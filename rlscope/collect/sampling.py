@@ -53,8 +53,8 @@ the first launches after it, in the window's settling iterations), paid back onl
 is long. Never in a process with XLA loaded: hundreds of detaches a run crashed processes whose
 XLA threads were inside CUDA at the time (``windows.py``), and a profiler that may crash the run
 it watches is not one to leave on for hours. It is off by default: measured on an H200, it ran
-safely on the PyTorch loops and cost less between windows, but every detach and attach left the
-GPU's and the process's memory higher (docs/results/sampled.md: "Letting go of CUPTI between
+without a crash on the PyTorch loops and cost less between windows, but GPU memory grew with the
+windows over the one run measured (docs/results/sampled.md: "Letting go of CUPTI between
 windows"), which a run of hours cannot afford. ``samples.json`` counts the gaps it detached for
 (``detached_gaps``).
 
