@@ -144,8 +144,9 @@ def detached_between(session: AbstractContextManager[Any]) -> Iterator[Any]:
     detaches (no step rate yet), so the detach a long gap gets is asked for here, before the
     segment's first step."""
     from rlscope import recorder
+    from rlscope.collect.sampling import xla_loaded
 
-    if "jaxlib" in sys.modules:  # as sampling's _detach_for: detaching under XLA's threads crashed processes
+    if xla_loaded():  # as a sampled session's detach=1: detaching under XLA's threads crashed processes
         raise SystemExit("sampled-between-detached: never in a process with JAX's XLA loaded (jax_loop); "
                          "run this mode on the PyTorch loops")
     with session as entered:

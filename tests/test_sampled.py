@@ -4,7 +4,6 @@ sampled run on the CPU analysed end to end."""
 from __future__ import annotations
 
 import json
-import sys
 import time
 from pathlib import Path
 
@@ -525,7 +524,11 @@ def _sampled_with_a_fake_gpu(tmp_path: Path, spec: str, monkeypatch, min_gap_s: 
 
 
 def test_detach_lets_go_of_cupti_for_the_long_gaps_only(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delitem(sys.modules, "jaxlib", raising=False)  # another test may have imported JAX
+    from rlscope.collect import sampling
+
+    # another test may have imported JAX; sys.modules stays as it is (taking jaxlib out of it
+    # would let a later import run jaxlib's package again beside the loaded one)
+    monkeypatch.setattr(sampling, "xla_loaded", lambda: False)
     spec = "window=5,block=50,warmup=10,budget=0,seed=4,detach=1"
     saved, fake = _sampled_with_a_fake_gpu(tmp_path / "every", spec, monkeypatch, 0.0)
     # every gap but the first (no step rate yet) is long enough when any gap is
@@ -535,11 +538,13 @@ def test_detach_lets_go_of_cupti_for_the_long_gaps_only(tmp_path: Path, monkeypa
 
 
 def test_detach_is_off_by_default_and_never_with_xla_loaded(tmp_path: Path, monkeypatch) -> None:
-    monkeypatch.delitem(sys.modules, "jaxlib", raising=False)
+    from rlscope.collect import sampling
+
+    monkeypatch.setattr(sampling, "xla_loaded", lambda: False)
     saved, fake = _sampled_with_a_fake_gpu(tmp_path / "default", "window=5,block=50,warmup=10,budget=0,seed=4",
                                            monkeypatch, 0.0)
     assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10
-    monkeypatch.setitem(sys.modules, "jaxlib", sys.modules.get("jaxlib") or type(sys)("jaxlib"))
+    monkeypatch.setattr(sampling, "xla_loaded", lambda: True)
     saved, fake = _sampled_with_a_fake_gpu(tmp_path / "xla", "window=5,block=50,warmup=10,budget=0,seed=4,detach=1",
                                            monkeypatch, 0.0)
     assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10

@@ -88,7 +88,7 @@ from rlscope.trace.schema import SAMPLES_FILE
 
 __all__ = ["SampleSpec", "SampledWindows", "TraceBudget", "parse_sample", "window_starts", "budgeted_block",
            "catch_up_rate", "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE",
-           "DETACH_MIN_GAP_S"]
+           "DETACH_MIN_GAP_S", "xla_loaded"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
@@ -157,6 +157,12 @@ def parse_sample(spec: str | bool | SampleSpec | dict[str, Any]) -> SampleSpec:
     if unknown := sorted(set(fields) - known):
         raise RlscopeError(f"sample {spec!r}: unknown {', '.join(unknown)}; use {', '.join(sorted(known))}")
     return SampleSpec(**fields)
+
+
+def xla_loaded() -> bool:
+    """Whether JAX's XLA runtime is in the process (jaxlib imported): its threads may be inside
+    CUDA at any time, so CUPTI is never let go of here (``detach``)."""
+    return "jaxlib" in sys.modules
 
 
 def _gap(rng: random.Random, window: int, block: int) -> int:
@@ -323,7 +329,7 @@ class SampledWindows:
         """Whether to let go of CUPTI for a gap of ``gap`` iterations (``spec.detach``): only where
         the gap should last ``DETACH_MIN_GAP_S`` or more at the step rate so far (never the first,
         whose rate is not known), and where no XLA is in the process (see the module's docstring)."""
-        if not self.spec.detach or len(self.calls) < 2 or "jaxlib" in sys.modules:
+        if not self.spec.detach or len(self.calls) < 2 or xla_loaded():
             return False
         (first, began), (last, now) = self.calls[0], self.calls[-1]
         if now <= began or last <= first:
