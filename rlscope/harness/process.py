@@ -14,9 +14,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import IO
 
-__all__ = ["worker_env", "start_worker", "kill_worker", "run_worker"]
+__all__ = ["worker_env", "start_worker", "die_with_parent_here", "kill_worker", "run_worker", "ENV_PARENT_PID"]
 
 _PR_SET_PDEATHSIG = 1  # linux/prctl.h
+ENV_PARENT_PID = "RLSCOPE_DIE_WITH_PARENT"  # the pid whose death kills the worker (start_worker)
 
 
 def worker_env(run_dir: Path, extra: Mapping[str, str] | None = None) -> dict[str, str]:
@@ -34,21 +35,31 @@ def start_worker(run_dir: Path, env: Mapping[str, str], log: IO[bytes],
 
     ``die_with_parent``: the kernel kills the worker if its parent dies (Linux), for parents that
     may be killed outright, as a Ray worker is when it crashes; otherwise the run would go on
-    beside its retry."""
-    preexec = None
-    if die_with_parent and sys.platform == "linux":
-        # Looked up here, in the parent: the child of a threaded process (a Ray worker) must not
-        # load libraries between fork and exec, only make the call.
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
-
-        def preexec() -> None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
+    beside its retry. The worker asks for that itself, first thing (``die_with_parent_here``), so
+    no Python code runs between fork and exec: in a process with other threads (JAX's, torch's)
+    that is unsafe, and under the container's Python 3.13.5 such children died by SIGSEGV, Ray's
+    (tests/test_ray_executor.py) and this function's when it used a ``preexec_fn``."""
+    child_env = dict(env)
+    if die_with_parent:
+        child_env[ENV_PARENT_PID] = str(os.getpid())
     return subprocess.Popen(
         [sys.executable, "-m", "rlscope.harness.worker", str(run_dir)],
-        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=dict(env), start_new_session=True,
-        preexec_fn=preexec,
+        stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=child_env, start_new_session=True,
     )
+
+
+def die_with_parent_here() -> None:
+    """In the worker: with ``ENV_PARENT_PID`` set (``start_worker(die_with_parent=True)``), ask
+    the kernel to kill this process when its parent dies (Linux), then make sure the parent has
+    not died already, between the fork and the request; the variable is not passed on."""
+    parent = os.environ.pop(ENV_PARENT_PID, None)
+    if parent is None or sys.platform != "linux":
+        return
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_PDEATHSIG) refused")
+    if os.getppid() != int(parent):
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def kill_worker(proc: subprocess.Popen[bytes]) -> None:

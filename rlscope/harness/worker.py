@@ -28,6 +28,7 @@ from typing import Any
 
 from rlscope.errors import SkipRun, WorkloadError
 from rlscope.files import read_json, write_json_atomic
+from rlscope.harness.process import die_with_parent_here
 from rlscope.stages import ENV_STAGES_DIR, repetition_dir
 
 __all__ = ["resolve_workload", "main", "gpu_out_of_memory", "PARTIAL_FILE"]
@@ -124,6 +125,7 @@ def main(argv: list[str] | None = None) -> int:
     if len(args) != 1:
         print("usage: python -m rlscope.harness.worker RUN_DIR", file=sys.stderr)
         return 2
+    die_with_parent_here()
     try:
         return _run(Path(args[0]))
     except WorkloadError as err:
