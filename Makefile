@@ -60,10 +60,8 @@ $(STAMP): $(DEPS_STAMP)
 	$(PY) -m pip install --quiet --no-deps --no-build-isolation -e .
 	rm -f $(VENV)/.installed-* && touch $@
 
-# -X faulthandler: pytest's own handler is off once the session ends; a crash at interpreter exit
-# (a native thread or an extension's destructor) then still prints every thread's stack.
 test: $(STAMP)
-	$(PY) -X faulthandler -m pytest
+	$(PY) -m pytest
 
 # The command-line fuzz tests (tests/test_fuzz_cli.py) at length, with a fresh random seed each time
 # (CI runs them with a fixed seed and a few examples); FUZZ_SEED=N repeats a run. The examples, the

@@ -39,8 +39,6 @@ CUPTI attached), what a sampled session within its trace budget costs between it
 in-process where whole sampled processes against unprofiled ones are lost in the machine's noise
 (``docs/results/sampled.md``). A window's own cost is ``rlscope``'s (everything on) for the share
 of iterations windows hold; a session of a segment's length would not draw windows as a long run does.
-``sampled-between-detached`` is that session after it let go of CUPTI, as ``detach=1`` does for
-long gaps (the attachment's cost gone, NVML's sampler still running);
 ``sampled-between-no-gpu`` is the same session without the GPU layer: never attached to CUPTI,
 and without the NVML utilisation sampler's thread; what ``sampled-between`` costs beyond it is
 what the GPU layer costs between windows (CUPTI attached with every kind off, and the sampler).
@@ -89,8 +87,6 @@ RLSCOPE_MODES: dict[str, tuple[dict[str, Any], str]] = {
     "sampled-between": ({"sample": {"warmup": 2**62}}, "callbacks"),
     # The same with no GPU layer (no CUPTI, no NVML sampler): what of it is the GPU layer's.
     "sampled-between-no-gpu": ({"sample": {"warmup": 2**62}, "gpu": False}, "callbacks"),
-    # The same with the GPU layer, after CUPTI was let go as detach=1 lets go of it for a long gap.
-    "sampled-between-detached": ({"sample": {"warmup": 2**62, "detach": 1}}, "callbacks"),
 }
 # CUPTI's floor: a bare client's kinds (api: with the API callbacks) -> the rlscope mode it bounds.
 FLOOR_MODES: dict[str, tuple[bool, str]] = {"floor": (False, "kernels"), "floor-api": (True, "rlscope")}
@@ -124,8 +120,6 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
 
         options, source = RLSCOPE_MODES[mode]
         os.environ[ENV_API] = source
-        if mode == "sampled-between-detached":
-            return lambda trace: detached_between(rlscope.profile(trace, process=name, **options))
         return lambda trace: rlscope.profile(trace, process=name, **options)
     if mode in FLOOR_MODES:
         return lambda trace: floor_session(api=FLOOR_MODES[mode][0])
@@ -136,24 +130,6 @@ def session_opener(name: str, mode: str) -> Callable[[Path], AbstractContextMana
     from torch.profiler import ProfilerActivity, profile
 
     return lambda trace: profile(activities=[ProfilerActivity.CPU, ProfilerActivity.CUDA])
-
-
-@contextmanager
-def detached_between(session: AbstractContextManager[Any]) -> Iterator[Any]:
-    """A sampled session between windows once it has let go of CUPTI: its first gap never
-    detaches (no step rate yet), so the detach a long gap gets is asked for here, before the
-    segment's first step."""
-    from rlscope import recorder
-    from rlscope.collect.sampling import xla_loaded
-
-    if xla_loaded():  # as a sampled session's detach=1: detaching under XLA's threads crashed processes
-        raise SystemExit("sampled-between-detached: never in a process with JAX's XLA loaded (jax_loop); "
-                         "run this mode on the PyTorch loops")
-    with session as entered:
-        gpu = recorder.bound()._gpu
-        if gpu is not None:
-            gpu.record(api=False, gpu=False, detach=True)
-        yield entered
 
 
 @contextmanager

@@ -10,7 +10,7 @@ from collections.abc import Callable
 import gpu_overhead
 from tables_common import RESULTS, markdown_table
 
-from rlscope.collect.sampling import SampleSpec, parse_sample
+from rlscope.collect.sampling import SampleSpec
 
 SAMPLED = RESULTS / "sampled"
 
@@ -201,6 +201,12 @@ def long_runs() -> str:
     return table + "".join(f"\n{line}\n" for line in detach_memory_lines())
 
 
+def detaches(sample: str) -> bool:
+    """Whether a record's sample spec let go of CUPTI between windows (``detach=1``, a setting of
+    branch detach-between-windows only: main's ``parse_sample`` does not know it)."""
+    return "detach=1" in sample.split(",")
+
+
 def detach_memory_lines() -> list[str]:
     """Per GPU run with ``detach=1``, its GPU memory growth fitted over the second half beside
     that of the GPU runs that kept CUPTI attached: each detach and attach may leave memory
@@ -208,8 +214,8 @@ def detach_memory_lines() -> list[str]:
     runs = [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("long_*.json"))]
     measured = [run for run in runs if run["gpu"] != "none" and "gpu_mb_settled_last" in run
                 and math.isfinite(run["gpu_mb_per_hour"])]
-    detached = [run for run in measured if parse_sample(run["sample"]).detach]
-    attached = [run for run in measured if not parse_sample(run["sample"]).detach]
+    detached = [run for run in measured if detaches(run["sample"])]
+    attached = [run for run in measured if not detaches(run["sample"])]
 
     def per_hour(values: list[float]) -> str:
         low, high = (round(min(values)), round(max(values)))  # rounded ints: no "-0"
@@ -233,8 +239,8 @@ BETWEEN_RUNS = ("between_h200.csv", "between_nogpu_h200.csv", "between_detached_
 _BETWEEN_MODES = {"sampled-between": "sampled session between windows (CUPTI attached with every kind off, "
                                      "NVML sampler running)",
                   "sampled-between-no-gpu": "the same without the GPU layer (no CUPTI, no NVML sampler)",
-                  "sampled-between-detached": "the same with the GPU layer after letting go of CUPTI (detach=1; "
-                                              "NVML sampler running)"}
+                  "sampled-between-detached": "the same with the GPU layer after letting go of CUPTI (detach=1, "
+                                              "branch detach-between-windows; NVML sampler running)"}
 
 
 def between_cost() -> str:

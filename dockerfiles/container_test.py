@@ -323,7 +323,6 @@ def main(argv: list[str] | None = None) -> int:
     started = time.perf_counter()
     session: Session | None = None
     engine = "?"
-    tested = ""  # the commit the checkout was copied at
     try:
         cli = docker_cli()
         uid = os.geteuid() if os.geteuid() != 0 else args.uid
@@ -338,7 +337,6 @@ def main(argv: list[str] | None = None) -> int:
             home, checkout = Path(tmp) / "home", Path(tmp) / "checkout"
             home.mkdir()
             checkout.mkdir()
-            tested = head_commit()  # not read at the end: commits made meanwhile were not tested
             copy_checkout(checkout, uid, gid)
             os.chown(home, uid, gid)
             user = User(uid, gid, home, docker_host, cli)
@@ -355,7 +353,7 @@ def main(argv: list[str] | None = None) -> int:
         if session is None:
             return 1
         session.check("every step ran to its end", False, str(failure)[-500:])
-    results = {**session.results, "date": datetime.date.today().isoformat(), "commit": tested,
+    results = {**session.results, "date": datetime.date.today().isoformat(), "commit": head_commit(),
                "machine": machine(), "engine": engine, "peak_disk_bytes": disk.peak_bytes,
                "seconds": round(time.perf_counter() - started),
                "command": " ".join(["python dockerfiles/container_test.py", *(sys.argv[1:] if argv is None else argv)])}

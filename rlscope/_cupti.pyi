@@ -39,9 +39,8 @@ class Tracer:
         """Attach and enable the layers, API calls through CUPTI callbacks with ``api_callbacks``
         (else as activity records): ``{"ok": True, "own_clock"}``, or ``{"ok": False, "code",
         "error", "step", "subscriber"}`` naming the CUPTI call that failed."""
-    def record(self, api: bool, gpu: bool, detach: bool = False) -> None:
-        """Stop or resume recording CUDA API calls and GPU activities (alternating and sampled
-        windows); ``detach`` with neither: let go of CUPTI until recording resumes."""
+    def record(self, api: bool, gpu: bool) -> None:
+        """Stop or resume recording CUDA API calls and GPU activities (alternating windows)."""
     def stop(self) -> dict[str, Any]:
         """Flush, write the last rows and ask CUPTI to detach; returns ``stats()``."""
     def abandon(self) -> None:

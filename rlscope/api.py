@@ -129,7 +129,7 @@ def profile(directory: str | os.PathLike[str] | None = None, *, process: str | N
     (prefix match on the module name; categories ``backend`` or ``simulator``). ``gpu=False``
     skips GPU collection (CUPTI and NVML); by default it runs wherever a GPU is visible, and
     ``gpu="runtime,kernels"`` traces a subset of runtime API, driver API and kernels/copies.
-    ``sample=True`` (or ``"window=20,block=500,warmup=50,settle=2,budget=100,detach=0,seed=1"``, or a dict of those)
+    ``sample=True`` (or ``"window=20,block=500,warmup=50,settle=2,budget=100,seed=1"``, or a dict of those)
     records everything only in windows of ``window`` iterations at random places (between them,
     how many iterations ran in what time), on average one per ``block``, from the first ``rlscope.step()``
     on: for long runs (``rlscope.collect.sampling``; ``rlscope analyze`` then estimates the

@@ -206,7 +206,7 @@ def _is_trace(directory: Path) -> bool:
 @click.option("--sample", "sample", default=None, is_flag=False, flag_value="", metavar="[SPEC]",
               help="For long runs: everything only in windows of a few iterations at random places, and "
                    "between them how many iterations ran in what time, within a trace budget in MB per hour "
-                   "(SPEC e.g. window=20,block=500,warmup=50,settle=2,budget=100,detach=0,seed=1; "
+                   "(SPEC e.g. window=20,block=500,warmup=50,settle=2,budget=100,seed=1; "
                    "--sample alone: those defaults, except the seed).")
 @click.option("--jax-scopes", "jax_scopes", default=None, is_flag=False, flag_value="default",
               type=click.Choice(["default", "precise"]), metavar="[precise]",

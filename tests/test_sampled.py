@@ -15,7 +15,6 @@ from rlscope.analyze import analyze_trace
 from rlscope.analyze.sampled import phases, ratio_estimate, successive_difference_variance
 from rlscope.collect.sampling import SampleSpec, parse_sample, window_starts
 from rlscope.errors import RlscopeError
-from rlscope.trace.reader import read_trace
 from rlscope.trace.schema import SAMPLES_FILE
 
 
@@ -197,34 +196,26 @@ def test_rlscope_prof_refuses_a_bad_sample_spec_in_one_line(tmp_path: Path) -> N
     assert "at least twice a window" in done.stderr
 
 
-def _sampled_gpu_loop(directory: Path, spec: SampleSpec) -> tuple[object, dict, object]:
-    """1,000 iterations of one small kernel in an operation, sampled with ``spec``: the process
-    (GPU rows attributed), its samples.json, and its kernels."""
+@pytest.mark.gpu
+def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
     torch = pytest.importorskip("torch")
     from rlscope.analyze.attribution import read_attributed
+    from rlscope.collect.cupti import SAMPLED_BUFFER_BYTES
     from rlscope.trace.schema import Kind
 
     x = torch.ones(1 << 16, device="cuda")
     torch.cuda.synchronize()
-    with rlscope.profile(directory, process="gpu", sample=spec):
+    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1")
+    with rlscope.profile(tmp_path, process="gpu", sample=spec):
         for _ in range(1000):
             rlscope.step()
             with rlscope.operation("compute"):
                 x.mul_(1.0001)
             torch.cuda.synchronize()
-    (process,) = read_attributed(directory)
-    saved = json.loads((process.directory / SAMPLES_FILE).read_text())
-    return process, saved, process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
-
-
-@pytest.mark.gpu
-def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Path) -> None:
-    from rlscope.collect.cupti import SAMPLED_BUFFER_BYTES
-
-    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1")
-    process, saved, kernels = _sampled_gpu_loop(tmp_path, spec)
+    (process,) = read_attributed(tmp_path)
     assert process.meta["gpu"]["buffer_bytes"] == SAMPLED_BUFFER_BYTES  # windows start on small buffers
-    windows = saved["windows"]
+    windows = json.loads((process.directory / SAMPLES_FILE).read_text())["windows"]
+    kernels = process.events[process.events["kind"] == int(Kind.GPU_KERNEL)]
     # one kernel per iteration while a window is on (its settling iterations included, and at most
     # one window still open at the end): nothing between windows
     assert len(windows) * spec.window <= len(kernels) <= (len(windows) + 1) * spec.window
@@ -233,23 +224,6 @@ def test_a_sampled_gpu_run_records_kernels_only_inside_its_windows(tmp_path: Pat
     assert compute["resources"].str.contains("CUDA API").any()
     per_resources = compute.groupby("resources")["windows"].sum()  # over the phases found, if several
     assert (per_resources == len(windows)).all()
-
-
-@pytest.mark.gpu
-def test_a_sampled_gpu_run_that_detaches_between_windows_records_every_window(tmp_path: Path, monkeypatch) -> None:
-    """detach=1 with every gap long enough: CUPTI let go after each window and attached again for
-    the next; the kernels are still those of the windows, charged to their operation."""
-    from rlscope.collect import sampling
-
-    monkeypatch.setattr(sampling, "DETACH_MIN_GAP_S", 0.0)
-    spec = parse_sample("window=10,block=50,warmup=10,settle=2,seed=1,budget=0,detach=1")
-    process, saved, kernels = _sampled_gpu_loop(tmp_path, spec)
-    windows = saved["windows"]
-    assert saved["detached_gaps"] >= len(windows) - 1 > 5
-    assert process.meta["gpu"]["detaches"] >= saved["detached_gaps"]  # each let go of CUPTI, the stop too
-    assert len(windows) * spec.window <= len(kernels) <= (len(windows) + 1) * spec.window
-    names = process.events["name"].cat.categories
-    assert {names[i] for i in kernels["operation"]} == {"compute"}
 
 
 def test_a_process_that_never_steps_stays_a_full_trace(tmp_path: Path) -> None:
@@ -492,64 +466,3 @@ def test_the_correction_reads_a_sampled_runs_speed_from_its_windows(tmp_path: Pa
     per_iteration, events = trace_iteration(processes)
     assert 0.5 * mean < per_iteration < 2 * mean and events > 0
     assert first_step_ns(processes[0]) == times[0]
-
-
-class _FakeGpu:
-    """Stands in for the CUPTI collector: counts the switches off and those that let go of CUPTI."""
-
-    def __init__(self) -> None:
-        self.offs = self.detaches = 0
-
-    def record(self, api: bool, gpu: bool, detach: bool = False) -> None:
-        assert not detach or not (api or gpu), "detach asked for while recording"
-        self.offs += not (api or gpu or detach)  # the switches off; a detach follows one of them
-        self.detaches += detach
-
-    def stop(self) -> dict:
-        return {}
-
-
-def _sampled_with_a_fake_gpu(tmp_path: Path, spec: str, monkeypatch, min_gap_s: float) -> tuple[dict, _FakeGpu]:
-    from rlscope import recorder
-    from rlscope.collect import sampling
-
-    monkeypatch.setattr(sampling, "DETACH_MIN_GAP_S", min_gap_s)
-    fake = _FakeGpu()
-    with rlscope.profile(tmp_path, process="loop", gpu=False, sample=spec):
-        recorder.bound()._gpu = fake
-        for _ in range(2000):
-            rlscope.step()
-    (process,) = read_trace(tmp_path)
-    return json.loads((process.directory / SAMPLES_FILE).read_text()), fake
-
-
-def test_detach_lets_go_of_cupti_for_the_long_gaps_only(tmp_path: Path, monkeypatch) -> None:
-    from rlscope.collect import sampling
-
-    # another test may have imported JAX; sys.modules stays as it is (taking jaxlib out of it
-    # would let a later import run jaxlib's package again beside the loaded one)
-    monkeypatch.setattr(sampling, "xla_loaded", lambda: False)
-    spec = "window=5,block=50,warmup=10,budget=0,seed=4,detach=1"
-    saved, fake = _sampled_with_a_fake_gpu(tmp_path / "every", spec, monkeypatch, 0.0)
-    # every gap but the first (no step rate yet) is long enough when any gap is
-    assert fake.detaches == saved["detached_gaps"] == fake.offs - 1 and fake.offs > 10
-    saved, fake = _sampled_with_a_fake_gpu(tmp_path / "none", spec, monkeypatch, 3600.0)
-    assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10
-
-
-def test_detach_is_off_by_default_and_never_with_xla_loaded(tmp_path: Path, monkeypatch) -> None:
-    from rlscope.collect import sampling
-
-    monkeypatch.setattr(sampling, "xla_loaded", lambda: False)
-    saved, fake = _sampled_with_a_fake_gpu(tmp_path / "default", "window=5,block=50,warmup=10,budget=0,seed=4",
-                                           monkeypatch, 0.0)
-    assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10
-    monkeypatch.setattr(sampling, "xla_loaded", lambda: True)
-    saved, fake = _sampled_with_a_fake_gpu(tmp_path / "xla", "window=5,block=50,warmup=10,budget=0,seed=4,detach=1",
-                                           monkeypatch, 0.0)
-    assert fake.detaches == saved["detached_gaps"] == 0 and fake.offs > 10
-
-
-def test_detach_is_zero_or_one() -> None:
-    with pytest.raises(RlscopeError, match="detach is 0 .* or 1"):
-        parse_sample("detach=2")

@@ -116,12 +116,10 @@ class _FakeGpu:
 
         self.switches = [(time.perf_counter_ns(), True, True)]
 
-    def record(self, api: bool, gpu: bool, detach: bool = False) -> None:
+    def record(self, api: bool, gpu: bool) -> None:
         import time
 
-        assert not detach or not (api or gpu), "detach asked for while recording"
         self.switches.append((time.perf_counter_ns(), api, gpu))
-        self.detaches = getattr(self, "detaches", 0) + detach
 
     def stop(self) -> dict:
         return {}

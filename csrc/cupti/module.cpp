@@ -127,9 +127,8 @@ NB_MODULE(_cupti, m) {
              "untraced_apis"_a = std::vector<std::string>(), "api_callbacks"_a = false, "nvtx"_a = false,
              "Claim CUPTI and record the layers asked for; ``nvtx``: NVTX ranges too (marker activity; NVTX\n"
              "reaches CUPTI only when NVTX_INJECTION64_PATH names this libcupti before the first NVTX call).")
-        .def("record", &Tracer::record, "api"_a, "gpu"_a, "detach"_a = false,
-             "Stop or resume recording CUDA API calls and GPU activities (calibration's and sampled windows);\n"
-             "``detach`` with neither: let go of CUPTI until recording resumes (not with XLA's threads).")
+        .def("record", &Tracer::record, "api"_a, "gpu"_a,
+             "Stop or resume recording CUDA API calls and GPU activities (calibration's windows).")
         .def("stop", &Tracer::stop)
         .def("abandon", &Tracer::abandon)
         .def("stats", &Tracer::stats)

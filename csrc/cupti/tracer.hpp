@@ -143,55 +143,15 @@ public:
         return stats();
     }
 
-    // Calibration's alternating windows and sampled windows (rlscope.collect.windows,
-    // rlscope.collect.sampling): stop or resume recording CUDA API calls and GPU activities, so
-    // that one process can compare stretches with and without them. Only the layers start()
-    // enabled come back. Recording neither turns every activity kind off, CUPTI's own overhead
-    // records included, and keeps CUPTI attached: detaching at every switch (cuptiFinalize,
-    // hundreds of times a run) crashed a JAX process whose XLA threads were inside CUDA at the
-    // time (SIGSEGV, SIGFPE: 2 of 15 windows runs).
-    //
-    // ``detach`` (recording neither; a sampled session between windows of a process without
-    // XLA): let go of CUPTI as a stop does, so that the CUDA calls until the next window run as
-    // fast as unprofiled ones. The flusher thread hands the buffers over and asks for the detach
-    // (a forced flush blocks for milliseconds: not on the caller's thread); CUPTI detaches at the
-    // next CUDA API exit. Recording again attaches anew (or calls off a detach not yet made).
-    // Throws where CUPTI refuses to attach again.
-    void record(bool api, bool gpu, bool detach) {
-        if (!running_) return;
-        std::lock_guard<std::mutex> lock(g_attach.mutex);
-        if (api || gpu) {
-            {
-                std::lock_guard<std::mutex> flusher(flusher_mutex_);
-                release_pending_ = false;  // a release not yet made stays unmade
-            }
-            if (!g_attach.attached) {
-                char old_name[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
-                CUptiResult r = attach(old_name, sizeof(old_name) - 1);
-                if (r == CUPTI_SUCCESS) r = register_callbacks();
-                if (r != CUPTI_SUCCESS)
-                    throw std::runtime_error(std::string("CUPTI refused to attach again for a window (") +
-                                             result_name(r) + (old_name[0] ? std::string(", held by ") + old_name : "") +
-                                             ")");
-            } else if (g_attach.detach_pending) {
-                char unused[CUPTI_OLD_SUBSCRIBER_NAME_MIN_LEN + 1] = {0};
-                attach(unused, sizeof(unused) - 1);  // still attached: the waiting detach is called off
-            }
-            set_kinds(api, gpu);
-            return;
-        }
-        set_kinds(false, false);
-        if (!detach || !g_attach.attached) return;
-        if (flusher_) {
-            {
-                std::lock_guard<std::mutex> flusher(flusher_mutex_);
-                release_pending_ = true;
-            }
-            flusher_wake_.notify_all();
-        } else {  // no time-bound writes (RLSCOPE_FLUSH_INTERVAL_S=inf): no other thread to do it
-            g_api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-            request_detach();
-        }
+    // Calibration's alternating windows (rlscope.collect.windows): stop or resume recording
+    // CUDA API calls and GPU activities, so that one process can compare stretches with and
+    // without them. Only the layers start() enabled come back. Recording neither turns every
+    // activity kind off, CUPTI's own overhead records included, and keeps CUPTI attached:
+    // detaching at every switch (cuptiFinalize, hundreds of times a run) crashed a JAX process
+    // whose XLA threads were inside CUDA at the time (SIGSEGV, SIGFPE: 2 of 15 windows runs).
+    // Only a session's stop detaches, once.
+    void record(bool api, bool gpu) {
+        if (running_) set_kinds(api, gpu);
     }
 
     // In a forked child: CUPTI's state belongs to the parent; drop everything without a call.
@@ -408,34 +368,12 @@ private:
         stop_flusher_ = false;
         flusher_ = std::make_unique<std::thread>([this, interval] {
             std::unique_lock<std::mutex> lock(flusher_mutex_);
-            for (;;) {
-                flusher_wake_.wait_for(lock, interval, [this] { return stop_flusher_ || release_pending_; });
-                if (stop_flusher_) return;
-                const bool release = release_pending_;
-                release_pending_ = false;
+            while (!flusher_wake_.wait_for(lock, interval, [this] { return stop_flusher_; })) {
                 lock.unlock();
-                if (release)
-                    release_between_windows();
-                else
-                    flush_now();
+                flush_now();
                 lock.lock();
             }
         });
-    }
-
-    // record(detach) on the flusher thread: everything recorded so far handed over, and the
-    // detach asked for, unless a window has begun since (its kinds are on again).
-    void release_between_windows() {
-        {
-            std::lock_guard<std::mutex> attach(g_attach.mutex);
-            if (g_tracer != this || !g_attach.attached || !on_.empty()) return;
-            g_api.ActivityFlushAll(CUPTI_ACTIVITY_FLAG_FLUSH_FORCED);
-            request_detach();
-        }
-        std::lock_guard<std::mutex> lock(mutex_);
-        append_api_rows(take_api_rows(true));
-        write_fresh_names();
-        write_rows();
     }
 
     void stop_flusher() {
@@ -539,7 +477,6 @@ private:
     std::mutex flusher_mutex_;
     std::condition_variable flusher_wake_;
     bool stop_flusher_ = false;
-    bool release_pending_ = false;  // record(detach) waits for the flusher thread (flusher_mutex_)
     bool running_ = false, own_clock_ = false;
     bool runtime_ = false, driver_ = false, gpu_ = false, sync_ = false, nvtx_ = false;  // the layers start() enabled
     bool by_callback_ = false, callbacks_on_ = false;  // API calls through callbacks

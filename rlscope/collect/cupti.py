@@ -84,7 +84,6 @@ class GpuCollector:
         self.meta: dict[str, Any] = {"collector": "cupti", "status": "off"}
         self._tracer: Any = None
         self._ops: Any = None
-        self._lost = False  # CUPTI refused to attach again after a detach between windows
         self.library: str | None = None  # path of the libcupti in use, once loaded
 
     def start(self, operations: Any) -> bool:
@@ -130,22 +129,13 @@ class GpuCollector:
             self._tracer = self._ops = None
         return self.meta
 
-    def record(self, api: bool, gpu: bool, detach: bool = False) -> None:
+    def record(self, api: bool, gpu: bool) -> None:
         """Stop or resume recording CUDA API calls and GPU activities (calibration's alternating
         windows, sampled windows); recording neither turns every activity kind off and keeps CUPTI
-        attached, unless ``detach`` (a sampled session's long gaps, in a process without XLA:
-        detaching and attaching it again at every switch is not safe in JAX processes). Only the
-        layers started with come back. Should CUPTI refuse to attach again, the rest of the
-        session goes on without GPU records, with one warning: the run it watches goes on."""
-        if self._tracer is None or self._lost:
-            return
-        try:
-            self._tracer.record(api=api, gpu=gpu, detach=detach)
-        except RuntimeError as err:
-            self._lost = True
-            self.meta["lost"] = str(err)
-            warnings.warn(f"rlscope: {err}; GPU records stop here, the rest of the run is profiled on the CPU "
-                          "side only", GpuUnavailableWarning, stacklevel=2)
+        attached: detaching and attaching it again at every switch is not safe in JAX processes.
+        Only the layers started with come back."""
+        if self._tracer is not None:
+            self._tracer.record(api=api, gpu=gpu)
 
     def abandon(self) -> None:
         """In a forked child: the parent's CUPTI state is not ours to touch."""

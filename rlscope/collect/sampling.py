@@ -44,19 +44,10 @@ weights by it).
 
 Between windows the layers are off as in calibration's ``off`` level (``rlscope.collect.windows``):
 annotations are no-ops, the transition hooks are out and CUPTI records nothing, but stays
-attached, which still costs each CUDA call (docs/results/sampled.md: "Between windows, inside
-one process"). ``detach=1`` lets go of it (``cuptiFinalize``, then subscribing again for the next
-window) for the gaps expected to last ``DETACH_MIN_GAP_S`` or more at the step rate so far: a
-detach and an attach cost milliseconds (a forced flush, done on the tracer's flusher thread;
-the finalize, at the next CUDA call's exit on whatever thread makes it; the subscription and
-the first launches after it, in the window's settling iterations), paid back only where the gap
-is long. Never in a process with XLA loaded: hundreds of detaches a run crashed processes whose
-XLA threads were inside CUDA at the time (``windows.py``), and a profiler that may crash the run
-it watches is not one to leave on for hours. It is off by default: measured on an H200, it ran
-without a crash on the PyTorch loops and cost less between windows, but GPU memory grew with the
-windows over the one run measured (docs/results/sampled.md: "Letting go of CUPTI between
-windows"), which a run of hours cannot afford. ``samples.json`` counts the gaps it detached for
-(``detached_gaps``).
+attached. Detaching between windows (``cuptiFinalize``, then subscribing again) would also drop
+what an attached CUPTI costs each CUDA call, but hundreds of detaches a run crashed processes
+whose XLA threads were inside CUDA at the time (``windows.py``); a profiler that may crash the
+run it watches is not one to leave on for hours.
 
 A process is fully traced until its first ``rlscope.step()``, which switches it off; one that
 never calls it (a worker, a helper process) stays an ordinary full trace.
@@ -75,7 +66,6 @@ import json
 import math
 import os
 import random
-import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -87,8 +77,7 @@ from rlscope.files import write_atomic
 from rlscope.trace.schema import SAMPLES_FILE
 
 __all__ = ["SampleSpec", "SampledWindows", "TraceBudget", "parse_sample", "window_starts", "budgeted_block",
-           "catch_up_rate", "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE",
-           "DETACH_MIN_GAP_S", "xla_loaded"]
+           "catch_up_rate", "BUDGET_CHECK_S", "BUDGET_SPAN_S", "BUDGET_CATCH_UP_S", "MIN_RATE_SHARE"]
 
 _OFF, _ALL = 0, len(LEVELS) - 1
 _NEVER = 1 << 62  # steps until the next call, once sampling has stopped
@@ -96,7 +85,6 @@ BUDGET_CHECK_S = 0.5  # how often at most the trace's size is looked at (at a wi
 BUDGET_SPAN_S = 10.0  # a window's size and the step rate are measured over about this long
 BUDGET_CATCH_UP_S = 60.0  # bytes written ahead of the budget are paid back over about this long
 MIN_RATE_SHARE = 0.05  # while paying back, windows still write at least this share of the budget's rate
-DETACH_MIN_GAP_S = 1.0  # detach=1 lets go of CUPTI only for gaps expected to last this long or more
 
 
 @dataclasses.dataclass(frozen=True)
@@ -110,16 +98,12 @@ class SampleSpec:
     warmup: int = 50
     settle: int = 2
     budget: int = 100
-    detach: int = 0
     seed: int | None = None
 
     def __post_init__(self) -> None:
         if self.window < 1 or self.block < 1 or self.warmup < 0 or self.settle < 0 or self.budget < 0:
             raise RlscopeError(f"sample {self.text()}: window and block must be at least 1, warmup, settle and "
                                "budget at least 0")
-        if self.detach not in (0, 1):
-            raise RlscopeError(f"sample {self.text()}: detach is 0 (CUPTI stays attached between windows) or 1 "
-                               f"(let go of it for gaps of {DETACH_MIN_GAP_S:g} s or more)")
         if self.settle >= self.window:
             raise RlscopeError(f"sample {self.text()}: settle ({self.settle}) must be shorter than the window "
                                f"({self.window}), or no iteration of a window is measured")
@@ -157,12 +141,6 @@ def parse_sample(spec: str | bool | SampleSpec | dict[str, Any]) -> SampleSpec:
     if unknown := sorted(set(fields) - known):
         raise RlscopeError(f"sample {spec!r}: unknown {', '.join(unknown)}; use {', '.join(sorted(known))}")
     return SampleSpec(**fields)
-
-
-def xla_loaded() -> bool:
-    """Whether JAX's XLA runtime is in the process (jaxlib imported): its threads may be inside
-    CUDA at any time, so CUPTI is never let go of here (``detach``)."""
-    return "jaxlib" in sys.modules
 
 
 def _gap(rng: random.Random, window: int, block: int) -> int:
@@ -261,7 +239,6 @@ class SampledWindows:
         self.windows: list[list[int]] = []
         self.calls: list[list[int]] = []  # [call, time_ns] at each on_window call, then the last call
         self.blocks: list[int] = []  # per window, the block its gap was drawn from
-        self.detached_gaps = 0  # gaps between windows CUPTI was let go for (spec.detach)
         self._rng = random.Random(spec.seed)
         self._budget = TraceBudget(spec, session.start_ns, self._trace_bytes)
         self._next_start = max(spec.warmup, 1) + _gap(self._rng, spec.window, spec.block)  # as window_starts does
@@ -304,8 +281,6 @@ class SampledWindows:
             if self._state == "measuring":
                 block = self._budget.after_window(end_ns, len(self.windows), self._iteration)
                 self._next_start = self._iteration + _gap(self._rng, self.spec.window, block)
-                if self._detach_for(self._next_start - self._iteration):
-                    self.switch.let_go_of_gpu()
             elif self.spec.warmup > self._iteration:  # a call of its own where the estimates' run starts
                 self._state = "warm-up"
                 return self.spec.warmup - self._iteration
@@ -324,20 +299,6 @@ class SampledWindows:
         self._window_first = self._iteration
         self._state = "measuring"
         return self.spec.window - self.spec.settle
-
-    def _detach_for(self, gap: int) -> bool:
-        """Whether to let go of CUPTI for a gap of ``gap`` iterations (``spec.detach``): only where
-        the gap should last ``DETACH_MIN_GAP_S`` or more at the step rate so far (never the first,
-        whose rate is not known), and where no XLA is in the process (see the module's docstring)."""
-        if not self.spec.detach or len(self.calls) < 2 or xla_loaded():
-            return False
-        (first, began), (last, now) = self.calls[0], self.calls[-1]
-        if now <= began or last <= first:
-            return False
-        if gap * (now - began) / (last - first) < DETACH_MIN_GAP_S * 1e9:
-            return False
-        self.detached_gaps += 1
-        return True
 
     def _trace_bytes(self) -> int:
         """What the process's trace files hold on disk now (its directory's files: events, GPU
@@ -373,7 +334,7 @@ class SampledWindows:
         write_atomic(directory / SAMPLES_FILE, _compact({
             "spec": dataclasses.asdict(self.spec), "complete": complete, "stopped_by_error": self._state == "stopped",
             "annotations_switched": None if switched is None else bool(switched), "windows": self.windows,
-            "blocks": self.blocks, "calls": self.calls, "detached_gaps": self.detached_gaps}) + "\n")
+            "blocks": self.blocks, "calls": self.calls}) + "\n")
 
 
 def _compact(value: Any) -> str:

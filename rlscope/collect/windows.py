@@ -113,13 +113,6 @@ class LayerSwitch:
         self.level = 1 if annotate and level == 0 else level
         return settling
 
-    def let_go_of_gpu(self) -> None:
-        """With CUDA API calls and GPU activities off: let go of CUPTI until they are on again
-        (a sampled session's long gaps, ``rlscope.collect.sampling``)."""
-        gpu = self.session._gpu
-        if gpu is not None and self.level < 3:
-            gpu.record(api=False, gpu=False, detach=True)
-
     def restore(self) -> None:
         """Everything back on (a session's end: its last layers' state is what it stops from)."""
         if self.level < 2 and self.session._collector is not None:
