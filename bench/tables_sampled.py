@@ -179,13 +179,10 @@ def long_runs() -> str:
         data = json.loads(path.read_text())
         rss_first, rss_last = data["rss_mb_settled_last"]
         low, high = data["rss_mb_range_settled"]
-        if "gpu_mb_settled_last" in data:
-            gpu_first, gpu_last = data["gpu_mb_settled_last"]
-            gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
-        elif "nvml_gpu0_mb_settled_last" in data:  # the record's note says why
-            gpu_mb = "not measured (NVML's GPU 0 was read, not the loop's)"
-        else:
-            raise SystemExit(f"{path}: no GPU memory in the record, and no note of why")
+        if "gpu_mb_settled_last" not in data:
+            raise SystemExit(f"{path}: no GPU memory in the record")
+        gpu_first, gpu_last = data["gpu_mb_settled_last"]
+        gpu_mb = "no GPU" if math.isnan(gpu_first) else f"{gpu_first:,.0f} -> {gpu_last:,.0f}"
         rows.append([data["workload"], data["gpu"] if data["gpu"] != "none" else f"{data['host']['cores']}-core CPU",
                      f"{data['host']['date']}, {data['tree']}", data["sample"], buffers(data),
                      f"{data['wall_s'] / 60:.1f}",
@@ -212,8 +209,7 @@ def detach_memory_lines() -> list[str]:
     that of the GPU runs that kept CUPTI attached: each detach and attach may leave memory
     behind, which a run of hours multiplies."""
     runs = [json.loads(path.read_text()) for path in sorted(SAMPLED.glob("long_*.json"))]
-    measured = [run for run in runs if run["gpu"] != "none" and "gpu_mb_settled_last" in run
-                and math.isfinite(run["gpu_mb_per_hour"])]
+    measured = [run for run in runs if run["gpu"] != "none" and math.isfinite(run["gpu_mb_per_hour"])]
     detached = [run for run in measured if detaches(run["sample"])]
     attached = [run for run in measured if not detaches(run["sample"])]
 
@@ -228,7 +224,7 @@ def detach_memory_lines() -> list[str]:
                 f"{run['wall_s'] / 60:.1f} min): GPU memory {first:,.1f} -> {last:,.1f} MB after settling, fitted "
                 f"growth {per_hour([run['gpu_mb_per_hour']])}")
         if attached:
-            line += (f"; the {len(attached)} GPU runs that kept CUPTI attached, where GPU memory was measured: "
+            line += (f"; the {len(attached)} GPU runs that kept CUPTI attached: "
                      f"{per_hour([r['gpu_mb_per_hour'] for r in attached])}")
         lines.append(line + ".")
     return lines
